@@ -1,0 +1,37 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   - create .venv, install raytf (CPU extra), train the main example on 2 workers
+#   make test   - same set-up, then the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.raytf-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-unit lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[cpu,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# An embedded local Ray instance, 2 workers, live progress and a JSON summary last.
+demo: setup
+	RAY_DEDUP_LOGS=0 $(BIN)/python jobs/train_synthetic.py --workers 2 --steps 256
+
+# Lint first (seconds), then every tier: unit, integration, slow fault/multi-node.
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,133 @@
+"""User-facing configuration: how many workers, what each needs, where a run lives.
+
+Names mirror Ray Train's (`ScalingConfig`, `RunConfig`) so its users can move over.
+Every dataclass validates itself in ``__post_init__`` and names the bad field and
+value: a mistake must surface before any process starts, never as a hang later.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from raytf.errors import ConfigError
+
+PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
+DEFAULT_STORAGE_PATH = os.path.join(os.path.expanduser("~"), "raytf_results")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _check_resources(where: str, resources: dict[str, Any]) -> dict[str, float]:
+    if not isinstance(resources, dict):
+        raise ConfigError(f"{where} must be a dict of resource name to amount, got {resources!r}")
+    checked: dict[str, float] = {}
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where} has a resource name {name!r}: names are non-empty strings")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise ConfigError(f"{where}[{name!r}] = {amount!r}: amounts are numbers")
+        if not math.isfinite(amount) or amount < 0:
+            raise ConfigError(f"{where}[{name!r}] = {amount!r}: amounts must be finite and >= 0")
+        if name == "GPU" and amount > 1 and amount != int(amount):
+            raise ConfigError(
+                f"{where}['GPU'] = {amount!r}: above 1, GPUs per worker must be a whole number"
+            )
+        checked[name] = float(amount)
+    return checked
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """How many workers and what each one holds.
+
+    ``use_gpu`` gives every worker one GPU unless ``resources_per_worker`` asks
+    for more (one worker per node holding all of its GPUs is the usual layout:
+    MWMS then mirrors across that node's GPUs). ``placement_strategy`` is a Ray
+    placement-group strategy; SPREAD puts workers on different nodes when the
+    cluster has several and packs them when it has one.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    placement_strategy: str = "SPREAD"
+
+    def __post_init__(self) -> None:
+        n = self.num_workers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1")
+        if not isinstance(self.use_gpu, bool):
+            raise ConfigError(f"ScalingConfig.use_gpu = {self.use_gpu!r}: must be True or False")
+        if self.placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ConfigError(
+                f"ScalingConfig.placement_strategy = {self.placement_strategy!r}: "
+                f"must be one of {', '.join(PLACEMENT_STRATEGIES)}"
+            )
+        if self.resources_per_worker is not None:
+            res = _check_resources("ScalingConfig.resources_per_worker", self.resources_per_worker)
+            if self.use_gpu and res.get("GPU", 1) == 0:
+                raise ConfigError(
+                    "ScalingConfig.resources_per_worker['GPU'] = 0 with use_gpu=True: "
+                    "ask for at least one GPU or set use_gpu=False"
+                )
+            if not self.use_gpu and res.get("GPU", 0) > 0:
+                raise ConfigError(
+                    f"ScalingConfig.resources_per_worker['GPU'] = {res['GPU']!r} with "
+                    "use_gpu=False: set use_gpu=True so the worker uses the GPUs it holds"
+                )
+            object.__setattr__(self, "resources_per_worker", res)
+
+    def worker_resources(self) -> dict[str, float]:
+        """The resources of one worker's bundle, defaults filled in."""
+        res = dict(self.resources_per_worker or {})
+        res.setdefault("CPU", 1.0)
+        if self.use_gpu:
+            res.setdefault("GPU", 1.0)
+        return {k: v for k, v in res.items() if v > 0}
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return int(self.worker_resources().get("GPU", 0))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run keeps its files and how the driver behaves while it runs.
+
+    The run directory is ``storage_path/name``: running the same name again
+    finds the same directory (later: the same checkpoints).
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    verbose: int = 1
+    progress_interval_s: float = 2.0
+    setup_timeout_s: float = 120.0
+    placement_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.name is None:
+            object.__setattr__(self, "name", time.strftime("raytf_%Y%m%d_%H%M%S"))
+        elif not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ConfigError(
+                f"RunConfig.name = {self.name!r}: use letters, digits, '_', '.' and '-' "
+                "(it becomes a directory name)"
+            )
+        if self.storage_path is None:
+            object.__setattr__(
+                self, "storage_path", os.environ.get("RAYTF_STORAGE_PATH", DEFAULT_STORAGE_PATH)
+            )
+        if self.verbose not in (0, 1, 2):
+            raise ConfigError(f"RunConfig.verbose = {self.verbose!r}: must be 0, 1 or 2")
+        for fname in ("progress_interval_s", "setup_timeout_s", "placement_timeout_s"):
+            value = getattr(self, fname)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"RunConfig.{fname} = {value!r}: must be a number > 0")
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(os.path.abspath(os.path.expanduser(self.storage_path)), self.name)

@@ -1,0 +1,120 @@
+"""What a worker's code sees: its strategy, rank and config, and ``report``.
+
+One context per worker process, set by the worker actor after it has created
+the strategy. ``report`` only appends to an in-process buffer that the driver
+drains by polling, so reporting costs the training loop nothing but a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _to_python(value: Any) -> Any:
+    """Plain Python values travel cheaply and print well; tensors and numpy do neither."""
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    if hasattr(value, "item") and getattr(value, "shape", None) in ((), None):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+@dataclass(frozen=True)
+class Report:
+    """One call of ``report`` on one worker."""
+
+    rank: int
+    metrics: dict[str, Any]
+    examples: int | None
+    time: float
+
+
+@dataclass
+class _ReportBuffer:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    items: list[Report] = field(default_factory=list)
+
+    def put(self, report: Report) -> None:
+        with self.lock:
+            self.items.append(report)
+
+    def drain(self) -> list[Report]:
+        with self.lock:
+            items, self.items = self.items, []
+        return items
+
+
+class TrainContext:
+    """The worker's view of the run. Get it with ``raytf.get_context()``."""
+
+    def __init__(
+        self,
+        *,
+        strategy: Any,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        node_ip: str,
+        config: dict[str, Any],
+        run_dir: str,
+        buffer: _ReportBuffer,
+    ):
+        self.strategy = strategy
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.node_ip = node_ip
+        self.config = config
+        self.run_dir = run_dir
+        self._buffer = buffer
+
+    @property
+    def is_chief(self) -> bool:
+        """Rank 0 is MWMS's chief: it writes summaries and, later, the real checkpoint."""
+        return self.rank == 0
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas across the whole group (workers x devices per worker)."""
+        return int(self.strategy.num_replicas_in_sync)
+
+    def report(self, metrics: dict[str, Any], *, examples: int | None = None) -> None:
+        """Send metrics to the driver: history, progress display and the final Result.
+
+        Call it from every worker at the same points (each worker's last report
+        is kept for status); rank 0's reports form the history. ``examples`` is
+        the number of examples the whole group processed since the last report;
+        the driver turns it into examples/s. A ``step`` key drives the progress line.
+        """
+        if not isinstance(metrics, dict):
+            raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
+        clean = {str(k): _to_python(v) for k, v in metrics.items()}
+        self._buffer.put(Report(self.rank, clean, examples, time.time()))
+
+
+_current: TrainContext | None = None
+
+
+def _set_context(ctx: TrainContext | None) -> None:
+    global _current
+    _current = ctx
+
+
+def get_context() -> TrainContext:
+    """The running worker's context; only valid inside ``train_loop_per_worker``."""
+    if _current is None:
+        raise RuntimeError(
+            "raytf.get_context() is only available inside train_loop_per_worker, "
+            "on a worker started by raytf.Trainer"
+        )
+    return _current
+
+
+def report(metrics: dict[str, Any], *, examples: int | None = None) -> None:
+    """Shortcut for ``get_context().report(...)``."""
+    get_context().report(metrics, examples=examples)

@@ -1,0 +1,61 @@
+"""The errors raytf raises, each carrying what a user needs to act on it."""
+
+from __future__ import annotations
+
+
+class RaytfError(Exception):
+    """Base class of every error raytf raises on purpose."""
+
+
+class ConfigError(RaytfError, ValueError):
+    """A configuration value is wrong; the message names the field and the value."""
+
+
+class UnsatisfiableResourcesError(RaytfError):
+    """No node of the cluster can ever hold one worker's resources (or the group)."""
+
+
+class PlacementTimeoutError(RaytfError):
+    """The cluster could hold the group but did not free or add room in time."""
+
+
+class PortClashError(RaytfError):
+    """A worker's TF server could not bind the port it was given."""
+
+
+class WorkerSetupError(RaytfError):
+    """Workers did not come up (strategy creation failed or timed out)."""
+
+
+class WorkerError(RaytfError):
+    """User code raised inside a worker. Keeps the rank and the original traceback."""
+
+    def __init__(self, rank: int, exc_type: str, message: str, traceback_text: str):
+        self.rank = rank
+        self.exc_type = exc_type
+        self.message = message
+        self.traceback_text = traceback_text
+        super().__init__(f"rank {rank} raised {exc_type}: {message}")
+
+    def __reduce__(self):
+        return (WorkerError, (self.rank, self.exc_type, self.message, self.traceback_text))
+
+
+class WorkerDiedError(RaytfError):
+    """A worker's process or node went away (killed, crashed, node lost)."""
+
+    def __init__(self, rank: int, detail: str):
+        self.rank = rank
+        self.detail = detail
+        super().__init__(f"rank {rank} died: {detail}")
+
+    def __reduce__(self):
+        return (WorkerDiedError, (self.rank, self.detail))
+
+
+class TrainingFailedError(RaytfError):
+    """The run ended in failure; ``causes`` lists what went wrong, first cause first."""
+
+    def __init__(self, message: str, causes: list[BaseException] | None = None):
+        self.causes = list(causes or [])
+        super().__init__(message)

@@ -1,0 +1,207 @@
+"""A multi-node Ray cluster on one machine, made of real ``ray start`` nodes.
+
+Each node is its own ``ray start --block`` process in its own process session,
+on its own loopback address (127.0.0.2, .3, ...) with its own ports, so nodes
+are told apart by IP as on a real cluster, nothing listens beyond this host,
+and ``stop``/``kill_node`` end exactly the processes this object started (the
+node's session), never anyone else's Ray. ``num_gpus`` declares GPUs as Ray
+resources, so GPU scheduling and device selection run on a CPU-only machine.
+
+Ray rewrites 127.0.0.1 to the host's network address; other loopback
+addresses are kept as given, hence 127.0.0.2 and up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+READY_MARKER = "Ray runtime started"
+START_TIMEOUT_S = float(os.environ.get("RAYTF_NODE_START_TIMEOUT_S", "90"))
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _ray_executable() -> str:
+    candidate = os.path.join(os.path.dirname(sys.executable), "ray")
+    return candidate if os.path.exists(candidate) else "ray"
+
+
+@dataclass
+class LocalNode:
+    index: int
+    ip: str
+    proc: subprocess.Popen
+    log_path: str
+    resources: dict = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Signal every process of this node (its session), not just ``ray start``."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class LocalCluster:
+    """Head node plus ``num_nodes`` worker nodes; use as a context manager."""
+
+    def __init__(
+        self,
+        num_nodes: int = 0,
+        *,
+        cpus_per_node: int = 2,
+        gpus_per_node: int = 0,
+        head_cpus: int | None = None,
+        head_gpus: int = 0,
+        temp_dir: str | None = None,
+        auth_mode: str = "token",
+    ):
+        self.num_nodes = num_nodes
+        self.cpus_per_node = cpus_per_node
+        self.gpus_per_node = gpus_per_node
+        self.head_cpus = cpus_per_node if head_cpus is None else head_cpus
+        self.head_gpus = head_gpus
+        self._own_temp = temp_dir is None
+        self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="rtl-", dir="/tmp")
+        self.auth_mode = auth_mode
+        self.nodes: list[LocalNode] = []
+        self.port = 0
+        self.dashboard_port = 0
+
+    # -- addresses and environment ----------------------------------------
+    @property
+    def address(self) -> str:
+        return f"127.0.0.2:{self.port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        """Where ``ray job submit --address`` goes."""
+        return f"http://127.0.0.2:{self.dashboard_port}"
+
+    def client_env(self) -> dict[str, str]:
+        """Environment a client process needs to join (``ray job submit``, a driver)."""
+        return {"RAY_ADDRESS": self.address, "RAY_AUTH_MODE": self.auth_mode}
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> str:
+        self.port = _free_port("127.0.0.2")
+        self.dashboard_port = _free_port("127.0.0.2")
+        self._start_node(head=True, cpus=self.head_cpus, gpus=self.head_gpus)
+        for _ in range(self.num_nodes):
+            self.add_node()
+        return self.address
+
+    def add_node(self, cpus: int | None = None, gpus: int | None = None) -> LocalNode:
+        return self._start_node(
+            head=False,
+            cpus=self.cpus_per_node if cpus is None else cpus,
+            gpus=self.gpus_per_node if gpus is None else gpus,
+        )
+
+    def _start_node(self, *, head: bool, cpus: int, gpus: int) -> LocalNode:
+        index = len(self.nodes)
+        ip = f"127.0.0.{2 + index}"
+        ports = {
+            "--node-manager-port": _free_port(ip),
+            "--object-manager-port": _free_port(ip),
+            "--dashboard-agent-listen-port": _free_port(ip),
+            "--dashboard-agent-grpc-port": _free_port(ip),
+            "--metrics-export-port": _free_port(ip),
+            "--runtime-env-agent-port": _free_port(ip),
+        }
+        lo = 30000 + 1000 * (index % 30)
+        cmd = [
+            _ray_executable(),
+            "start",
+            "--block",
+            f"--node-ip-address={ip}",
+            f"--num-cpus={cpus}",
+            f"--num-gpus={gpus}",
+            f"--min-worker-port={lo}",
+            f"--max-worker-port={lo + 999}",
+            *[f"{k}={v}" for k, v in ports.items()],
+        ]
+        if head:
+            cmd += [
+                "--head",
+                f"--port={self.port}",
+                f"--temp-dir={self.temp_dir}",
+                "--dashboard-host=127.0.0.2",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={_free_port(ip)}",
+            ]
+        else:
+            cmd += [f"--address={self.address}"]
+        env = dict(os.environ, RAY_AUTH_MODE=self.auth_mode)
+        env.pop("RAY_ADDRESS", None)
+        log_path = os.path.join(self.temp_dir, f"node-{index}.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        node = LocalNode(index, ip, proc, log_path, {"CPU": cpus, "GPU": gpus})
+        self.nodes.append(node)
+        self._wait_ready(node)
+        return node
+
+    def _wait_ready(self, node: LocalNode) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with open(node.log_path, errors="replace") as f:
+                text = f.read()
+            if READY_MARKER in text:
+                return
+            if not node.alive:
+                raise RuntimeError(f"ray start for node {node.index} exited:\n{text[-3000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"node {node.index} did not start in {START_TIMEOUT_S:.0f} s")
+
+    def kill_node(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """End one node abruptly, as a lost machine would (SIGKILL by default)."""
+        node = self.nodes[index]
+        node.signal(sig)
+        try:
+            node.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            node.signal(signal.SIGKILL)
+            node.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop worker nodes first, then the head; SIGKILL whatever lingers."""
+        for node in reversed(self.nodes):
+            if node.alive:
+                node.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for node in reversed(self.nodes):
+            try:
+                node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            node.signal(signal.SIGKILL)  # stragglers in the session (workers, agents)
+            if node.alive:
+                node.proc.wait(timeout=10)
+        if self._own_temp:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

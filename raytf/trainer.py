@@ -1,0 +1,100 @@
+"""``raytf.Trainer``: the user's entry point, shaped like Ray Train's trainers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from raytf.config import RunConfig, ScalingConfig
+from raytf.controller import Controller
+from raytf.errors import ConfigError
+from raytf.placement import check_satisfiable
+from raytf.progress import Progress
+from raytf.result import Result
+
+logger = logging.getLogger("raytf")
+
+EMBEDDED_NODE_IP = os.environ.get("RAYTF_EMBEDDED_NODE_IP", "127.0.0.2")
+
+
+def ensure_ray() -> None:
+    """Join the cluster named by RAY_ADDRESS, or start an embedded local instance.
+
+    Code that already called ``ray.init`` (with any address) is left as it is,
+    so the same job runs unchanged locally and under ``ray job submit``.
+    """
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        return
+    # An embedded instance is one machine: keep it on loopback. Ray rewrites 127.0.0.1
+    # to the host's network address, so use another loopback address where Linux has one.
+    node_ip = EMBEDDED_NODE_IP if sys.platform.startswith("linux") else None
+    ray.init(include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip)
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+class Trainer:
+    """Runs ``train_loop_per_worker`` on every worker of one MWMS group.
+
+    ``train_loop_per_worker`` takes the config dict (or nothing) and runs on
+    each worker after the strategy exists; it reaches the strategy, its rank
+    and ``report`` through ``raytf.get_context()``.
+    """
+
+    def __init__(
+        self,
+        train_loop_per_worker: Callable[..., Any],
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+    ):
+        if not callable(train_loop_per_worker):
+            raise ConfigError(
+                f"train_loop_per_worker = {train_loop_per_worker!r}: must be a function"
+            )
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise ConfigError(f"train_loop_config = {train_loop_config!r}: must be a dict or None")
+        if scaling_config is not None and not isinstance(scaling_config, ScalingConfig):
+            raise ConfigError(f"scaling_config = {scaling_config!r}: must be a ScalingConfig")
+        if run_config is not None and not isinstance(run_config, RunConfig):
+            raise ConfigError(f"run_config = {run_config!r}: must be a RunConfig")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = dict(train_loop_config or {})
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+
+    def fit(self) -> Result:
+        """Train to the end and return the Result; raise TrainingFailedError otherwise."""
+        ensure_ray()
+        scaling = self.scaling_config
+        check_satisfiable(
+            scaling.worker_resources(),
+            scaling.num_workers,
+            scaling.placement_strategy,
+            alive_node_resources(),
+        )
+        run_config = self.run_config
+        os.makedirs(run_config.run_dir, exist_ok=True)
+        progress = Progress(
+            verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
+        )
+        progress.message(f"run {run_config.name} in {run_config.run_dir}")
+        controller = Controller(
+            ray.put(self.train_loop_per_worker),
+            self.train_loop_config,
+            scaling,
+            run_config,
+            progress,
+        )
+        return controller.run()

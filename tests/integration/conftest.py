@@ -1,0 +1,46 @@
+"""A real local Ray instance for the integration tier: own temp dir, loopback, dashboard
+(for Ray's state API), torn down at the end of the session."""
+
+import shutil
+import socket
+import tempfile
+
+import pytest
+import ray
+from ray import cloudpickle
+
+import jobs.train_synthetic as train_synthetic
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    # Workers import this module's functions by value: they need not find jobs/ on sys.path.
+    cloudpickle.register_pickle_by_value(train_synthetic)
+    temp_dir = tempfile.mkdtemp(prefix="rtt-", dir="/tmp")
+    ray.init(
+        num_cpus=4,
+        _temp_dir=temp_dir,
+        _node_ip_address="127.0.0.2",
+        include_dashboard=True,
+        dashboard_host="127.0.0.2",
+        dashboard_port=_free_port(),
+        log_to_driver=True,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def storage(tmp_path):
+    path = tmp_path / "runs"
+    path.mkdir()
+    return str(path)

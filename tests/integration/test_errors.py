@@ -1,0 +1,76 @@
+"""Failures surface on the driver with rank and traceback, and leave nothing behind."""
+
+import time
+
+import pytest
+
+import raytf
+
+from .cluster_state import alive_raytf_actors, live_raytf_placement_groups
+
+
+def failing_loop(config):
+    import tensorflow as tf
+
+    ctx = raytf.get_context()
+
+    @tf.function
+    def step():
+        return ctx.strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
+        )
+
+    for i in range(1000):
+        step()
+        if ctx.rank == 1 and i == 3:
+            raise ValueError(f"bad batch at step {i}")  # the line the traceback must show
+        time.sleep(0.01)
+
+
+def test_rank_error_reaches_driver_and_nothing_remains(ray_cluster, storage):
+    trainer = raytf.Trainer(
+        failing_loop,
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(name="err", storage_path=storage, verbose=0),
+    )
+    with pytest.raises(raytf.TrainingFailedError) as info:
+        trainer.fit()
+    err = info.value
+    assert "rank 1 raised ValueError: bad batch at step 3" in str(err)
+    assert "Traceback from rank 1" in str(err)
+    assert 'raise ValueError(f"bad batch at step {i}")' in str(err)
+    cause = err.causes[0]
+    assert isinstance(cause, raytf.WorkerError) and cause.rank == 1
+    assert not alive_raytf_actors()
+    assert not live_raytf_placement_groups()
+
+
+def test_unsatisfiable_request_fails_fast_with_numbers(ray_cluster, storage):
+    trainer = raytf.Trainer(
+        failing_loop,
+        scaling_config=raytf.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 64}),
+        run_config=raytf.RunConfig(name="big", storage_path=storage),
+    )
+    with pytest.raises(
+        raytf.UnsatisfiableResourcesError, match=r"asks for 64 CPU.*largest node has 4 CPU"
+    ):
+        trainer.fit()
+
+    gpu = raytf.Trainer(
+        failing_loop,
+        scaling_config=raytf.ScalingConfig(num_workers=1, use_gpu=True),
+        run_config=raytf.RunConfig(name="gpu", storage_path=storage),
+    )
+    with pytest.raises(
+        raytf.UnsatisfiableResourcesError, match=r"1 GPU.*no node of the cluster has any GPU"
+    ):
+        gpu.fit()
+
+    too_many = raytf.Trainer(
+        failing_loop,
+        scaling_config=raytf.ScalingConfig(num_workers=5),
+        run_config=raytf.RunConfig(name="many", storage_path=storage),
+    )
+    with pytest.raises(raytf.UnsatisfiableResourcesError, match=r"fit 4 in all"):
+        too_many.fit()
+    assert not live_raytf_placement_groups()

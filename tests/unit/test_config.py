@@ -1,0 +1,67 @@
+import pytest
+
+from raytf import ConfigError, RunConfig, ScalingConfig, Trainer
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_workers": 0}, r"num_workers = 0"),
+        ({"num_workers": -2}, r"num_workers = -2"),
+        ({"num_workers": 1.5}, r"num_workers = 1.5"),
+        ({"num_workers": True}, r"num_workers = True"),
+        ({"use_gpu": "yes"}, r"use_gpu = 'yes'"),
+        ({"placement_strategy": "spread"}, r"placement_strategy = 'spread'"),
+        ({"resources_per_worker": {"CPU": -1}}, r"resources_per_worker\['CPU'\] = -1"),
+        ({"resources_per_worker": {"CPU": "2"}}, r"resources_per_worker\['CPU'\] = '2'"),
+        ({"resources_per_worker": {"CPU": float("inf")}}, r"finite"),
+        ({"resources_per_worker": {"": 1}}, r"resource name ''"),
+        ({"resources_per_worker": [("CPU", 1)]}, r"must be a dict"),
+        ({"resources_per_worker": {"GPU": 1.5}, "use_gpu": True}, r"whole number"),
+        ({"resources_per_worker": {"GPU": 1}}, r"use_gpu=False"),
+        ({"resources_per_worker": {"GPU": 0}, "use_gpu": True}, r"use_gpu=True"),
+    ],
+)
+def test_bad_scaling_names_field_and_value(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        ScalingConfig(**kwargs)
+
+
+def test_worker_resources_defaults():
+    assert ScalingConfig(num_workers=2).worker_resources() == {"CPU": 1.0}
+    assert ScalingConfig(use_gpu=True).worker_resources() == {"CPU": 1.0, "GPU": 1.0}
+    gpu4 = ScalingConfig(use_gpu=True, resources_per_worker={"GPU": 4, "CPU": 8, "pool_a": 1})
+    assert gpu4.worker_resources() == {"CPU": 8.0, "GPU": 4.0, "pool_a": 1.0}
+    assert gpu4.gpus_per_worker == 4
+    assert ScalingConfig(resources_per_worker={"CPU": 0}).worker_resources() == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"name": "a/b"}, r"name = 'a/b'"),
+        ({"name": ""}, r"name = ''"),
+        ({"verbose": 3}, r"verbose = 3"),
+        ({"setup_timeout_s": 0}, r"setup_timeout_s = 0"),
+        ({"placement_timeout_s": -1}, r"placement_timeout_s = -1"),
+        ({"progress_interval_s": "1"}, r"progress_interval_s = '1'"),
+    ],
+)
+def test_bad_run_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        RunConfig(**kwargs)
+
+
+def test_run_dir_is_storage_over_name(tmp_path):
+    rc = RunConfig(name="exp1", storage_path=str(tmp_path))
+    assert rc.run_dir == str(tmp_path / "exp1")
+    assert RunConfig().name.startswith("raytf_")
+
+
+def test_trainer_checks_its_arguments():
+    with pytest.raises(ConfigError, match="must be a function"):
+        Trainer(42)
+    with pytest.raises(ConfigError, match="train_loop_config"):
+        Trainer(lambda: None, train_loop_config=[1])
+    with pytest.raises(ConfigError, match="scaling_config"):
+        Trainer(lambda: None, scaling_config={"num_workers": 2})

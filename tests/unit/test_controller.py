@@ -1,0 +1,150 @@
+"""The driver's state machine, stepped without Ray: a scripted fake worker group."""
+
+import pytest
+
+from raytf.config import RunConfig, ScalingConfig
+from raytf.context import Report
+from raytf.controller import Controller, State, pick_root_cause
+from raytf.errors import (
+    PlacementTimeoutError,
+    PortClashError,
+    TrainingFailedError,
+    WorkerDiedError,
+    WorkerError,
+)
+from raytf.progress import Progress
+from raytf.worker import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
+
+
+class FakeGroup:
+    """Plays back ``script``: setup outcomes per attempt, then poll rounds."""
+
+    script: dict = {}
+    created: list = []
+
+    def __init__(self, scaling, *, run_name, attempt):
+        self.n = scaling.num_workers
+        self.attempt = attempt
+        self.polls = list(self.script.get("polls", []))
+        self.infos = [
+            WorkerInfo(r, "127.0.0.2", "n0", "h", 100 + r, 2000 + r, ()) for r in range(self.n)
+        ]
+        self.shut = False
+        FakeGroup.created.append(self)
+
+    def place(self, timeout_s, on_wait):
+        err = self.script.get("place_error")
+        if err:
+            raise err
+
+    def start_actors(self):
+        pass
+
+    def setup(self, timeout_s):
+        errors = self.script.get("setup_errors", {})
+        if self.attempt in errors:
+            raise errors[self.attempt]
+        return self.n
+
+    def run(self, fn_ref, config, run_dir):
+        pass
+
+    def poll(self):
+        return self.polls.pop(0)
+
+    def shutdown(self):
+        self.shut = True
+
+
+def report(rank, step, loss):
+    return Report(rank, {"step": step, "loss": loss}, 64, float(step))
+
+
+def make_controller(tmp_path, script, n=2, monkeypatch=None):
+    FakeGroup.script = script
+    FakeGroup.created = []
+    ctrl = Controller(
+        None,
+        {},
+        ScalingConfig(num_workers=n),
+        RunConfig(name="t", storage_path=str(tmp_path)),
+        Progress(verbose=0),
+    )
+    ctrl.worker_group_cls = FakeGroup
+    return ctrl
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch):
+    monkeypatch.setattr("raytf.controller.POLL_INTERVAL_S", 0)
+
+
+def test_happy_path_states_history_and_results(tmp_path):
+    polls = [
+        [WorkerPoll(0, RUNNING, [report(0, 1, 2.0)]), WorkerPoll(1, RUNNING, [report(1, 1, 2.0)])],
+        [WorkerPoll(0, FINISHED, [report(0, 2, 1.0)], result="a"), WorkerPoll(1, RUNNING, [])],
+        [WorkerPoll(0, FINISHED, [], result="a"), WorkerPoll(1, FINISHED, [], result="b")],
+    ]
+    ctrl = make_controller(tmp_path, {"polls": polls})
+    seen = []
+    state = State.SCHEDULING
+    while not state.is_terminal:
+        state = ctrl._step(state)
+        seen.append(state)
+    assert seen == [State.STARTING, State.RUNNING, State.RUNNING, State.RUNNING, State.FINISHED]
+    ctrl._teardown()
+    result = ctrl._result(state)
+    assert [m["step"] for m in result.metrics_history] == [1, 2]  # rank 0 only
+    assert result.metrics == {"step": 2, "loss": 1.0}
+    assert result.worker_results == ["a", "b"]
+    assert FakeGroup.created[0].shut
+
+
+def test_port_clash_restarts_the_group_on_new_ports(tmp_path):
+    polls = [[WorkerPoll(r, FINISHED, [], result=r) for r in range(2)]]
+    ctrl = make_controller(tmp_path, {"polls": polls, "setup_errors": {1: PortClashError("x")}})
+    result = ctrl.run()
+    assert result.attempts == 2
+    assert [g.shut for g in FakeGroup.created] == [True, True]
+
+
+def test_port_clash_forever_gives_up(tmp_path, monkeypatch):
+    monkeypatch.setattr("raytf.controller.MAX_PORT_RETRIES", 2)
+    clash = {a: PortClashError(f"clash {a}") for a in range(1, 10)}
+    ctrl = make_controller(tmp_path, {"setup_errors": clash})
+    with pytest.raises(TrainingFailedError, match="clash 3"):
+        ctrl.run()
+    assert len(FakeGroup.created) == 3
+
+
+def test_user_error_ends_the_run_with_rank_and_traceback(tmp_path):
+    err = WorkerError(1, "ValueError", "boom", "Traceback...\nValueError: boom\n")
+    polls = [[WorkerPoll(0, RUNNING, []), WorkerPoll(1, FAILED, [], error=err)]]
+    ctrl = make_controller(tmp_path, {"polls": polls})
+    with pytest.raises(TrainingFailedError, match="rank 1 raised ValueError: boom") as info:
+        ctrl.run()
+    assert "Traceback from rank 1" in str(info.value)
+    assert info.value.causes == [err]
+    assert FakeGroup.created[0].shut
+
+
+def test_dead_worker_ends_the_run(tmp_path):
+    polls = [[WorkerPoll(0, RUNNING, []), WorkerDiedError(1, "actor died")]]
+    ctrl = make_controller(tmp_path, {"polls": polls})
+    with pytest.raises(TrainingFailedError, match="rank 1 died"):
+        ctrl.run()
+
+
+def test_placement_timeout_is_reported(tmp_path):
+    ctrl = make_controller(tmp_path, {"place_error": PlacementTimeoutError("waited 5 s")})
+    with pytest.raises(TrainingFailedError, match="waited 5 s"):
+        ctrl.run()
+
+
+def test_root_cause_prefers_user_error_over_peer_abort():
+    abort = WorkerError(0, "UnavailableError", "peer gone", "")
+    user = WorkerError(1, "KeyError", "k", "")
+    died = WorkerDiedError(1, "x")
+    assert pick_root_cause([abort, user]) is user
+    assert pick_root_cause([abort, died]) is died
+    assert pick_root_cause([abort]) is abort
