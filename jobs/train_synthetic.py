@@ -1,7 +1,8 @@
 """The main example: a Keras 3 classifier trained by a custom MWMS loop on N workers.
 
     python jobs/train_synthetic.py --workers 2 --steps 256
-    ray job submit --working-dir . -- python jobs/train_synthetic.py --workers 2
+    ray job submit --address http://HEAD:8265 --runtime-env-json '{"working_dir": "jobs"}' \
+        -- python train_synthetic.py --workers 2 --checkpoint-every 50 --max-failures 3
 
 The data set is synthetic and deterministic (built from ``--seed``, no
 downloads). Every input batch is a pure function of the global step, so a run
@@ -19,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+import ray
 
 import raytf
 
@@ -63,22 +65,25 @@ def train_loop(config: dict) -> dict:
     keras.utils.set_random_seed(int(config["seed"]))
     x_np, y_np = make_dataset(int(config["seed"]))
 
-    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-        # Element i of this pipeline is local replica i % k's batch for step i // k; its
-        # rows are a contiguous slice of the step's global batch. Position = global step.
-        x_all, y_all = tf.constant(x_np), tf.constant(y_np)
-        k = replicas // input_context.num_input_pipelines
-        first_replica = input_context.input_pipeline_id * k
+    def dataset_fn(first_step: int):
+        """The input for steps first_step+1 .. steps: a pure function of the global step."""
 
-        def batch_at(i):
-            step, local = i // k, i % k
-            start = step * global_batch + (first_replica + local) * per_replica
-            idx = (start + tf.range(per_replica, dtype=tf.int64)) % NUM_EXAMPLES
-            return tf.gather(x_all, idx), tf.gather(y_all, idx)
+        def make(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+            # Element i of this pipeline is local replica i % k's batch for step i // k
+            # (0-based); its rows are a contiguous slice of that step's global batch.
+            x_all, y_all = tf.constant(x_np), tf.constant(y_np)
+            k = replicas // input_context.num_input_pipelines
+            first_replica = input_context.input_pipeline_id * k
 
-        return tf.data.Dataset.range(0, steps * k).map(batch_at).prefetch(2)
+            def batch_at(i):
+                step, local = i // k, i % k
+                begin = step * global_batch + (first_replica + local) * per_replica
+                idx = (begin + tf.range(per_replica, dtype=tf.int64)) % NUM_EXAMPLES
+                return tf.gather(x_all, idx), tf.gather(y_all, idx)
 
-    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+            return tf.data.Dataset.range(first_step * k, steps * k).map(batch_at).prefetch(2)
+
+        return make
 
     with strategy.scope():
         model = keras.Sequential(
@@ -92,15 +97,19 @@ def train_loop(config: dict) -> dict:
         optimizer = keras.optimizers.Adam(learning_rate=float(config.get("lr", 1e-3)))
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
+    # Resume: weights, optimizer slots, RNG state and the step come back from the
+    # latest committed checkpoint; the input restarts at the step after it.
+    start = ctx.restore(model=model, optimizer=optimizer)
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn(start)))
+
     def step_fn(x, y):
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        hits = tf.reduce_sum(
-            tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), y), "float32")
-        )
+        predicted = tf.argmax(logits, 1, output_type=tf.int32)
+        hits = tf.reduce_sum(tf.cast(tf.equal(predicted, y), "float32"))
         return loss, hits
 
     @tf.function
@@ -109,15 +118,17 @@ def train_loop(config: dict) -> dict:
         sum_ = tf.distribute.ReduceOp.SUM
         return strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, hits, axis=None)
 
-    loss_acc, hits_acc, seen = 0.0, 0.0, 0
-    for step in range(1, steps + 1):
+    step_sleep = float(config.get("step_sleep", 0.0))
+    seen = start
+    for step in range(start + 1, steps + 1):
         loss, hits = train_step(iterator)
+        if step_sleep:
+            time.sleep(step_sleep)  # stands in for a heavier model in fault tests
+        ctx.step_end(step)  # a checkpoint the driver asked for is taken here
         if step % report_every == 0 or step == steps:
-            loss_acc, hits_acc = float(loss), float(hits)
-            n = step - seen
             ctx.report(
-                {"step": step, "loss": loss_acc, "accuracy": hits_acc / global_batch},
-                examples=n * global_batch,
+                {"step": step, "loss": float(loss), "accuracy": float(hits) / global_batch},
+                examples=(step - seen) * global_batch,
             )
             seen = step
     return {"weights_digest": weights_digest(model.trainable_variables), "steps": steps}
@@ -134,12 +145,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--name", default=None, help="run name (default: timestamped)")
     p.add_argument("--use-gpu", action="store_true")
     p.add_argument("--report-every", type=int, default=8)
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
+    p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
+    p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
+    p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     t0 = time.monotonic()
+    connected_before = ray.is_initialized()
     trainer = raytf.Trainer(
         train_loop,
         train_loop_config={
@@ -148,16 +165,32 @@ def main(argv=None) -> dict:
             "lr": args.lr,
             "seed": args.seed,
             "report_every": args.report_every,
+            "step_sleep": args.step_sleep,
         },
         scaling_config=raytf.ScalingConfig(num_workers=args.workers, use_gpu=args.use_gpu),
-        run_config=raytf.RunConfig(name=args.name, storage_path=args.storage),
+        run_config=raytf.RunConfig(
+            name=args.name,
+            storage_path=args.storage,
+            checkpoint_config=raytf.CheckpointConfig(
+                num_to_keep=args.keep, checkpoint_every_steps=args.checkpoint_every
+            ),
+            failure_config=raytf.FailureConfig(
+                max_failures=args.max_failures, hang_timeout_s=args.hang_timeout
+            ),
+        ),
     )
     result = trainer.fit()
+    if not connected_before:
+        ray.shutdown()  # no worker output may follow the JSON line below
     digests = {r["weights_digest"] for r in result.worker_results}
     summary = {
         "final_metrics": result.metrics,
         "steps": result.worker_results[0]["steps"],
         "attempts": result.attempts,
+        "failures": result.failures,
+        "preemptions": result.preemptions,
+        "recoveries_s": [round(r, 2) for r in result.recoveries_s],
+        "checkpoint": result.checkpoint,
         "elapsed_s": round(time.monotonic() - t0, 3),
         "weights_digest": result.worker_results[0]["weights_digest"],
         "digests_agree": len(digests) == 1,

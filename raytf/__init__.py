@@ -1,7 +1,7 @@
 """raytf: a Ray-orchestrated cluster trainer for TensorFlow's MultiWorkerMirroredStrategy."""
 
-from raytf.config import RunConfig, ScalingConfig
-from raytf.context import TrainContext, get_context, report
+from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from raytf.context import TrainContext, get_context, report, step_end
 from raytf.errors import (
     ConfigError,
     PlacementTimeoutError,
@@ -10,6 +10,7 @@ from raytf.errors import (
     UnsatisfiableResourcesError,
     WorkerDiedError,
     WorkerError,
+    WorkerHangError,
 )
 from raytf.result import Result
 from raytf.trainer import Trainer
@@ -17,7 +18,9 @@ from raytf.trainer import Trainer
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointConfig",
     "ConfigError",
+    "FailureConfig",
     "PlacementTimeoutError",
     "RaytfError",
     "Result",
@@ -28,7 +31,9 @@ __all__ = [
     "TrainingFailedError",
     "UnsatisfiableResourcesError",
     "WorkerDiedError",
+    "WorkerHangError",
     "WorkerError",
     "get_context",
     "report",
+    "step_end",
 ]

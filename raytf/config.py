@@ -11,7 +11,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raytf.errors import ConfigError
@@ -94,6 +94,74 @@ class ScalingConfig:
         return int(self.worker_resources().get("GPU", 0))
 
 
+def _positive_or_none(where: str, value: Any, integer: bool = False) -> None:
+    if value is None:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        what = "an integer" if integer else "a number"
+        raise ConfigError(f"{where} = {value!r}: must be {what} > 0, or None")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When the driver has every worker checkpoint, and how many committed ones to keep.
+
+    ``checkpoint_every_steps`` is decided by each worker from its step count
+    (no message needed, so it costs nothing); ``checkpoint_every_s`` is decided
+    by the driver, which then asks the group to save at the next step boundary.
+    Both may be set. ``num_to_keep`` counts committed checkpoints only.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_every_steps: int | None = None
+    checkpoint_every_s: float | None = None
+    async_save: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
+        _positive_or_none(
+            "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
+        )
+        _positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
+        if not isinstance(self.async_save, bool):
+            raise ConfigError(f"CheckpointConfig.async_save = {self.async_save!r}: must be a bool")
+
+
+@dataclass(frozen=True)
+class FailureConfig:
+    """How failures are handled. ``max_failures=-1`` retries without limit.
+
+    Infrastructure failures (a worker or node dies, a collective breaks, a
+    worker hangs) restart the whole group from the latest committed
+    checkpoint. A plain exception in user code is a bug: retrying it only
+    repeats it, so it is raised unless ``retry_user_errors`` is set.
+    ``hang_timeout_s`` is the driver's backstop: no step progress for that
+    long ends the attempt as hung (TF's own heartbeats usually notice a
+    stopped peer after about 9 s). ``standby_workers`` keeps a spare process
+    per worker with TensorFlow already imported, so a restart skips the
+    5-7 s import.
+    """
+
+    max_failures: int = 0
+    retry_user_errors: bool = False
+    hang_timeout_s: float = 120.0
+    standby_workers: bool = True
+
+    def __post_init__(self) -> None:
+        m = self.max_failures
+        if isinstance(m, bool) or not isinstance(m, int) or m < -1:
+            raise ConfigError(
+                f"FailureConfig.max_failures = {m!r}: must be an integer >= 0, or -1 for no limit"
+            )
+        for fname in ("retry_user_errors", "standby_workers"):
+            if not isinstance(getattr(self, fname), bool):
+                raise ConfigError(
+                    f"FailureConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
+                )
+        _positive_or_none("FailureConfig.hang_timeout_s", self.hang_timeout_s)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Where a run keeps its files and how the driver behaves while it runs.
@@ -108,6 +176,8 @@ class RunConfig:
     progress_interval_s: float = 2.0
     setup_timeout_s: float = 120.0
     placement_timeout_s: float = 120.0
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
 
     def __post_init__(self) -> None:
         if self.name is None:
@@ -127,6 +197,15 @@ class RunConfig:
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"RunConfig.{fname} = {value!r}: must be a number > 0")
+        if not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise ConfigError(
+                f"RunConfig.checkpoint_config = {self.checkpoint_config!r}: "
+                "must be a CheckpointConfig"
+            )
+        if not isinstance(self.failure_config, FailureConfig):
+            raise ConfigError(
+                f"RunConfig.failure_config = {self.failure_config!r}: must be a FailureConfig"
+            )
 
     @property
     def run_dir(self) -> str:

@@ -36,14 +36,17 @@ class Report:
 
 @dataclass
 class _ReportBuffer:
+    """What the worker has to tell the driver since the last poll."""
+
     lock: threading.Lock = field(default_factory=threading.Lock)
-    items: list[Report] = field(default_factory=list)
+    items: list[Any] = field(default_factory=list)
+    step: int | None = None
 
-    def put(self, report: Report) -> None:
+    def put(self, item: Any) -> None:
         with self.lock:
-            self.items.append(report)
+            self.items.append(item)
 
-    def drain(self) -> list[Report]:
+    def drain(self) -> list[Any]:
         with self.lock:
             items, self.items = self.items, []
         return items
@@ -63,6 +66,7 @@ class TrainContext:
         config: dict[str, Any],
         run_dir: str,
         buffer: _ReportBuffer,
+        checkpointer: Any = None,
     ):
         self.strategy = strategy
         self.rank = rank
@@ -72,6 +76,7 @@ class TrainContext:
         self.config = config
         self.run_dir = run_dir
         self._buffer = buffer
+        self._checkpointer = checkpointer
 
     @property
     def is_chief(self) -> bool:
@@ -96,6 +101,30 @@ class TrainContext:
         clean = {str(k): _to_python(v) for k, v in metrics.items()}
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
 
+    def restore(self, **trackables: Any) -> int:
+        """Name what a checkpoint holds (model, optimizer, ...) and restore it when resuming.
+
+        Returns the global step the run resumes after: 0 for a fresh run, N when
+        the latest committed checkpoint was taken after step N. Position the input
+        pipeline by this step (a distributed iterator cannot be checkpointed,
+        tensorflow#56372). Python's and NumPy's global RNG states are saved and
+        restored per rank as well.
+        """
+        if self._checkpointer is None:
+            return 0
+        return self._checkpointer.track(trackables)
+
+    def step_end(self, step: int) -> None:
+        """Call after every training step with the global step just finished.
+
+        This is where a checkpoint the driver asked for is taken (every rank at
+        the same step), and how the driver's watchdog sees progress. It costs a
+        lock when no checkpoint is due.
+        """
+        self._buffer.step = int(step)
+        if self._checkpointer is not None:
+            self._checkpointer.step_end(int(step))
+
 
 _current: TrainContext | None = None
 
@@ -113,6 +142,11 @@ def get_context() -> TrainContext:
             "on a worker started by raytf.Trainer"
         )
     return _current
+
+
+def step_end(step: int) -> None:
+    """Shortcut for ``get_context().step_end(step)``."""
+    get_context().step_end(step)
 
 
 def report(metrics: dict[str, Any], *, examples: int | None = None) -> None:

@@ -1,13 +1,17 @@
 """The driver's control loop, as an explicit state machine.
 
     SCHEDULING -> STARTING -> RUNNING -> FINISHED
-         ^            |          |
-         +-- (port clash)        +----> ERRORED
+        ^   ^         |          |
+        |   +---------+          v
+        |  (port clash)     RESTARTING -> ERRORED
+        +-----------------------+
 
 Each state is one method that does its work and returns the next state;
-``run`` only loops until a terminal state. The worker group is the only thing
-the controller touches on the cluster, and ``worker_group_cls`` can be swapped
-for a fake so transitions are tested without Ray.
+``run`` only loops until a terminal state. A restart always replaces the whole
+group (a strategy cannot be re-made in a live process) and resumes from the
+latest committed checkpoint. Policies decide (``FailurePolicy``), the
+controller acts. ``worker_group_cls`` can be swapped for a fake so the
+transitions are tested without Ray.
 """
 
 from __future__ import annotations
@@ -18,34 +22,48 @@ import os
 import time
 from typing import Any
 
+from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
 from raytf.errors import (
+    CheckpointRestoreError,
     PlacementTimeoutError,
     PortClashError,
     TrainingFailedError,
+    UserCodeLoadError,
     WorkerDiedError,
     WorkerError,
+    WorkerHangError,
     WorkerSetupError,
+)
+from raytf.failure_policy import (
+    Decision,
+    Failure,
+    FailureKind,
+    FailurePolicy,
+    classify,
+    pick_root_cause,
 )
 from raytf.progress import Progress
 from raytf.result import Result
-from raytf.run_state import RunState
+from raytf.run_state import RunState, load_previous
+from raytf.storage import Storage
 from raytf.worker import FAILED, FINISHED, WorkerPoll
 from raytf.worker_group import WorkerGroup
+from raytf.worker_pool import WorkerPool
 
 logger = logging.getLogger("raytf")
 
 POLL_INTERVAL_S = float(os.environ.get("RAYTF_POLL_INTERVAL_S", "0.2"))
 MAX_PORT_RETRIES = int(os.environ.get("RAYTF_MAX_PORT_RETRIES", "3"))
-
-# Errors a worker sees because a *peer* failed: reported only if nothing better is known.
-_COLLATERAL = {"AbortedError", "UnavailableError", "CancelledError", "DeadlineExceededError"}
+DRAIN_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_DRAIN_CHECK_INTERVAL_S", "1.0"))
+COLLATERAL_GRACE_S = float(os.environ.get("RAYTF_COLLATERAL_GRACE_S", "1.0"))
 
 
 class State(enum.Enum):
     SCHEDULING = "SCHEDULING"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
     FINISHED = "FINISHED"
     ERRORED = "ERRORED"
 
@@ -54,19 +72,10 @@ class State(enum.Enum):
         return self in (State.FINISHED, State.ERRORED)
 
 
-def pick_root_cause(errors: list[BaseException]) -> BaseException:
-    """The error to show: a user's own exception beats a peer's collective abort."""
-    for err in errors:
-        if isinstance(err, WorkerError) and err.exc_type not in _COLLATERAL:
-            return err
-    for err in errors:
-        if isinstance(err, WorkerDiedError):
-            return err
-    return errors[0]
-
-
 class Controller:
     worker_group_cls = WorkerGroup
+    worker_pool_cls = WorkerPool
+    clock = staticmethod(time.monotonic)  # tests inject a fake clock
 
     def __init__(
         self,
@@ -82,27 +91,57 @@ class Controller:
         self.run_config = run_config
         self.progress = progress
         self.run_dir = run_config.run_dir
+        self.storage = Storage(self.run_dir)
+        self.ckpts = CheckpointCoordinator(
+            self.storage, run_config.checkpoint_config, scaling.num_workers
+        )
+        self.policy = FailurePolicy(run_config.failure_config)
         self.group: WorkerGroup | None = None
-        self.attempt = 0
+        self.pool: WorkerPool | None = None
+        fc = run_config.failure_config
+        self.use_standbys = fc.standby_workers and fc.max_failures != 0
+        self._standbys_asked = False
         self.port_retries = 0
         self.history: list[dict[str, Any]] = []
-        self.worker_results: list[Any] = [None] * scaling.num_workers
+        self.worker_results: list[Any] = []
         self.finished_ranks: set[int] = set()
+        self.failures: list[Failure] = []
         self.error: BaseException | None = None
+        self.restart_reason: Failure | str | None = None
+        self.notice: str | None = None
+        self.restored_step = 0
+        self.recovery_started: float | None = None
+        self.recoveries_s: list[float] = []
+        self.preemptions = 0
+        previous = load_previous(self.storage)
         self.status = RunState(
             name=run_config.name, run_dir=self.run_dir, num_workers=scaling.num_workers
         )
-        self.started = time.monotonic()
+        self.status.attempt = previous.get("attempt", 0)
+        self.status.failures = previous.get("failures", [])
+        self.attempt = self.status.attempt
+        self.started = self.clock()
+        self._last_progress = self.started
+        self._last_step: int | None = None
+        self._last_drain_check = 0.0
 
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
         state = State.SCHEDULING
         try:
             while not state.is_terminal:
-                state = self._step(state)
+                new = self._step(state)
+                if new is not state:
+                    logger.debug("%s -> %s", state.value, new.value)
+                state = new
                 self._save(state)
         finally:
+            t0 = self.clock()
             self._teardown()
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+            logger.debug("teardown took %.3f s", self.clock() - t0)
         return self._result(state)
 
     def _step(self, state: State) -> State:
@@ -110,15 +149,17 @@ class Controller:
             State.SCHEDULING: self._schedule,
             State.STARTING: self._start,
             State.RUNNING: self._poll,
+            State.RESTARTING: self._restart,
         }[state]
         return handler()
 
     # -- states ---------------------------------------------------------------
     def _schedule(self) -> State:
         self.attempt += 1
-        self.group = self.worker_group_cls(
-            self.scaling, run_name=self.run_config.name, attempt=self.attempt
-        )
+        if self.pool is None:
+            self.pool = self.worker_pool_cls(self.scaling, run_name=self.run_config.name)
+        self.group = self.worker_group_cls(self.scaling, pool=self.pool, attempt=self.attempt)
+        self._standbys_asked = False
         try:
             self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
         except PlacementTimeoutError as exc:
@@ -127,7 +168,7 @@ class Controller:
 
     def _start(self) -> State:
         assert self.group is not None
-        t0 = time.monotonic()
+        t0 = self.clock()
         try:
             self.group.start_actors()
             replicas = self.group.setup(self.run_config.setup_timeout_s)
@@ -139,60 +180,190 @@ class Controller:
             self.progress.message(f"port clash at start-up ({exc}); starting on new ports")
             return State.SCHEDULING
         except WorkerSetupError as exc:
-            return self._fail(exc)
+            return self._on_failure(exc)
+        restore = self.ckpts.restore_point()
+        self.restored_step = restore.step if restore else 0
+        self.status.last_step = self.restored_step
+        self._trim_history(self.restored_step)
+        self.ckpts.new_attempt()
+        self.finished_ranks.clear()
+        self.worker_results = [None] * self.scaling.num_workers
         self._record_workers("running")
-        self.group.run(self.fn_ref, self.config, self.run_dir)
+        ckpt_args = {
+            "dir": self.ckpts.dir,
+            "every_steps": self.run_config.checkpoint_config.checkpoint_every_steps,
+            "async_save": self.run_config.checkpoint_config.async_save,
+            "restore_url": restore.path if restore else None,
+        }
+        try:
+            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args)
+        except UserCodeLoadError as exc:
+            return self._fail(exc)
+        except WorkerSetupError as exc:
+            return self._on_failure(exc)
         nodes = len({info.node_id for info in self.group.infos})
+        where = f", resuming after step {restore.step}" if restore else ""
+        warm = f" ({self.group.promoted} from standbys)" if self.group.promoted else ""
         self.progress.message(
-            f"{self.scaling.num_workers} workers on {nodes} node(s), {replicas} replicas in sync, "
-            f"started in {time.monotonic() - t0:.1f} s"
+            f"attempt {self.attempt}: {self.scaling.num_workers} workers on {nodes} node(s), "
+            f"{replicas} replicas in sync, started in {self.clock() - t0:.1f} s{warm}{where}"
         )
+        self._last_progress = self.clock()
+        self._last_step = None
         return State.RUNNING
 
     def _poll(self) -> State:
         assert self.group is not None
-        polls = self.group.poll()
+        now = self.clock()
         errors: list[BaseException] = []
-        for rank, poll in enumerate(polls):
+        for rank, poll in enumerate(self.group.poll(POLL_INTERVAL_S)):
             if isinstance(poll, WorkerDiedError):
                 errors.append(poll)
             elif isinstance(poll, WorkerPoll):
-                self._take_reports(poll)
+                self._take(poll, now)
                 if poll.state == FAILED:
                     errors.append(poll.error)
                 elif poll.state == FINISHED and rank not in self.finished_ranks:
                     self.finished_ranks.add(rank)
                     self.worker_results[rank] = poll.result
         if errors:
-            return self._fail(pick_root_cause(errors), errors)
+            root = pick_root_cause(errors)
+            if classify(root) is FailureKind.COLLECTIVE:
+                # A peer's broken collective is a symptom; its cause (a dead worker) is
+                # usually a poll away. Look once more so the failure names the cause.
+                more = [p for p in self.group.poll(COLLATERAL_GRACE_S) if p is not None]
+                errors += [p for p in more if isinstance(p, WorkerDiedError)]
+                errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
+                root = pick_root_cause(errors)
+            return self._on_failure(root)
+        if self.restart_reason == "preemption":
+            return State.RESTARTING
         if len(self.finished_ranks) == self.scaling.num_workers:
             return State.FINISHED
-        time.sleep(POLL_INTERVAL_S)
+        hang = self._watchdog(now)
+        if hang is not None:
+            return self._on_failure(hang)
+        if self.ckpts.time_due(now):
+            self.group.request_checkpoint("time")
+        self._check_drain(now)
+        # Each poll is an actor call that takes the worker's GIL: keep them few.
+        time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
         return State.RUNNING
 
-    # -- helpers --------------------------------------------------------------
-    def _take_reports(self, poll: WorkerPoll) -> None:
-        if not poll.reports:
-            return
+    def _restart(self) -> State:
+        self._teardown()
+        reason = self.restart_reason
+        self.restart_reason = None
+        self.recovery_started = self.clock()
+        if reason == "preemption":
+            self.preemptions += 1
+            self.notice = None
+            self.progress.message("restarting the group after its termination checkpoint")
+            return State.SCHEDULING
+        assert isinstance(reason, Failure)
+        if isinstance(reason.cause, CheckpointRestoreError) and self.ckpts.latest:
+            self.ckpts.mark_bad(self.ckpts.latest.step, reason.cause.detail)
+        counted = sum(1 for f in self.failures if f.kind.counts)
+        if self.policy.decide(reason, counted) is Decision.RETRY:
+            limit = self.run_config.failure_config.max_failures
+            shown = "unlimited" if limit == -1 else str(limit)
+            self.progress.message(
+                f"{reason.describe()} -> restarting the whole group "
+                f"(failure {counted} of {shown} allowed)"
+            )
+            return State.SCHEDULING
+        self.error = reason.cause
+        return State.ERRORED
+
+    # -- what the workers said ------------------------------------------------
+    def _take(self, poll: WorkerPoll, now: float) -> None:
         for report in poll.reports:
             if report.rank == 0:
                 self.history.append(report.metrics)
-        step = poll.reports[-1].metrics.get("step")
-        if step is not None:
-            self.status.workers[poll.rank]["last_step"] = step
-            if poll.rank == 0:
-                self.status.last_step = step
-        self.progress.on_reports(poll.reports)
+        if poll.reports:
+            self.progress.on_reports(poll.reports)
+            self._last_progress = now
+        if poll.step is not None:
+            self.status.workers[poll.rank]["last_step"] = poll.step
+            if poll.step != self._last_step and poll.rank == 0:
+                self._last_step = poll.step
+                self._last_progress = now
+                self.status.last_step = poll.step
+                self._note_resumed(poll.step, now)
+                if self.use_standbys and not self._standbys_asked:
+                    # Spares start importing TF now that training runs, not during start-up.
+                    self._standbys_asked = True
+                    self.pool.add_standbys()
+        for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
+            self.status.checkpoints = self.ckpts.committed_steps[-20:]
+            if self.run_config.verbose >= 2:
+                self.progress.message(f"committed checkpoint at step {ckpt.step}")
+            if ckpt.manifest["reason"] == "termination":
+                self.progress.message(f"termination checkpoint committed at step {ckpt.step}")
+                self.restart_reason = "preemption"
+        if poll.notice and not self.notice:
+            self._on_notice(poll.notice)
 
-    def _fail(self, cause: BaseException, all_errors: list[BaseException] | None = None) -> State:
+    def _on_notice(self, notice: str) -> None:
+        self.notice = notice
+        self.progress.message(
+            f"termination notice ({notice}): checkpoint at the next step, then restart"
+        )
+
+    def _check_drain(self, now: float) -> None:
+        if self.notice or now - self._last_drain_check < DRAIN_CHECK_INTERVAL_S:
+            return
+        self._last_drain_check = now
+        draining = self.group.draining_nodes()
+        if draining:
+            self._on_notice(f"node {sorted(draining)[0][:12]} is draining")
+            self.group.request_checkpoint("termination")
+
+    def _note_resumed(self, step: int, now: float) -> None:
+        if self.recovery_started is not None and step > self.restored_step:
+            took = now - self.recovery_started
+            self.recoveries_s.append(took)
+            self.status.recoveries_s = [round(r, 3) for r in self.recoveries_s]
+            self.status.resumed_at.append(time.time())
+            self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
+            self.recovery_started = None
+
+    def _watchdog(self, now: float) -> WorkerHangError | None:
+        timeout = self.run_config.failure_config.hang_timeout_s
+        if now - self._last_progress < timeout:
+            return None
+        silent = self.group.silent_ranks(timeout)
+        detail = f"no progress for {now - self._last_progress:.0f} s (hang_timeout_s={timeout:g})"
+        if silent:
+            detail += f"; ranks {silent} stopped answering"
+        return WorkerHangError(detail)
+
+    # -- failure ----------------------------------------------------------------
+    def _on_failure(self, cause: BaseException) -> State:
+        failure = Failure(classify(cause), cause, self.attempt)
+        self.failures.append(failure)
+        self.status.failures.append(
+            {
+                "attempt": failure.attempt,
+                "kind": failure.kind.value,
+                "cause": f"{type(cause).__name__}: {cause}",
+                "time": failure.at,
+            }
+        )
+        self.restart_reason = failure
+        return State.RESTARTING
+
+    def _fail(self, cause: BaseException) -> State:
         self.error = cause
         self.status.failures.append(
-            {"attempt": self.attempt, "cause": f"{type(cause).__name__}: {cause}"}
+            {"attempt": self.attempt, "kind": "fatal", "cause": f"{type(cause).__name__}: {cause}"}
         )
-        others = [e for e in (all_errors or []) if e is not cause]
-        if others:
-            logger.debug("other errors in the same poll: %s", others)
         return State.ERRORED
+
+    # -- bookkeeping ------------------------------------------------------------
+    def _trim_history(self, step: int) -> None:
+        """Rank 0's history after a resume: what happened after the restored step is redone."""
+        self.history = [m for m in self.history if m.get("step", 0) <= step]
 
     def _record_workers(self, state: str) -> None:
         assert self.group is not None
@@ -213,10 +384,14 @@ class Controller:
     def _save(self, state: State) -> None:
         self.status.state = state.value
         self.status.attempt = self.attempt
-        if state.is_terminal:
-            for worker in self.status.workers:
-                worker["state"] = "finished" if state is State.FINISHED else "stopped"
-        self.status.save()
+        self.status.preemptions = self.preemptions
+        if state is not State.RUNNING or not self.status.updated:
+            if state.is_terminal or state is State.RESTARTING:
+                for worker in self.status.workers:
+                    worker["state"] = "finished" if state is State.FINISHED else "stopped"
+            self.status.save(self.storage)
+        elif time.time() - self.status.updated >= 1.0:
+            self.status.save(self.storage)
 
     def _teardown(self) -> None:
         if self.group is not None:
@@ -224,7 +399,8 @@ class Controller:
             self.group = None
 
     def _result(self, state: State) -> Result:
-        elapsed = time.monotonic() - self.started
+        elapsed = self.clock() - self.started
+        latest = self.ckpts.latest
         result = Result(
             metrics=self.history[-1] if self.history else {},
             metrics_history=self.history,
@@ -232,16 +408,26 @@ class Controller:
             attempts=self.attempt,
             elapsed_s=elapsed,
             worker_results=self.worker_results,
+            checkpoint=latest.path if latest else None,
             error=self.error,
+            failures=[f.describe() for f in self.failures],
+            recoveries_s=list(self.recoveries_s),
+            preemptions=self.preemptions,
         )
         if state is State.FINISHED:
-            self.progress.finish(f"finished in {elapsed:.1f} s, {self.attempt} attempt(s)")
+            self.progress.finish(
+                f"finished in {elapsed:.1f} s: attempt {self.attempt}, "
+                f"{len(self.failures)} failure(s), {self.preemptions} preemption(s)"
+            )
             return result
         err = self.error
         self.progress.finish(f"failed after {elapsed:.1f} s: {err}")
         message = f"training failed: {err}"
+        if len(self.failures) > 1 or (self.failures and self.failures[-1].cause is not err):
+            listed = "\n".join(f"  {f.describe()}" for f in self.failures)
+            message += f"\n\nfailures ({len(self.failures)}):\n{listed}"
         if isinstance(err, WorkerError):
             message += f"\n\nTraceback from rank {err.rank}:\n{err.traceback_text}"
-        failure = TrainingFailedError(message, [err] if err else [])
+        failure = TrainingFailedError(message, [f.cause for f in self.failures] or [err])
         failure.result = result  # type: ignore[attr-defined]
         raise failure from err

@@ -27,6 +27,11 @@ class WorkerSetupError(RaytfError):
     """Workers did not come up (strategy creation failed or timed out)."""
 
 
+class UserCodeLoadError(RaytfError):
+    """The workers could not load ``train_loop_per_worker`` (e.g. its module is not on the
+    cluster). Retrying cannot help, so the run fails at once."""
+
+
 class WorkerError(RaytfError):
     """User code raised inside a worker. Keeps the rank and the original traceback."""
 
@@ -59,3 +64,26 @@ class TrainingFailedError(RaytfError):
     def __init__(self, message: str, causes: list[BaseException] | None = None):
         self.causes = list(causes or [])
         super().__init__(message)
+
+
+class CheckpointRestoreError(RaytfError):
+    """A committed checkpoint could not be restored; the driver falls back to an older one."""
+
+    def __init__(self, url: str, detail: str):
+        self.url = url
+        self.detail = detail
+        super().__init__(f"could not restore {url}: {detail}")
+
+    def __reduce__(self):
+        return (CheckpointRestoreError, (self.url, self.detail))
+
+
+class WorkerHangError(RaytfError):
+    """No step progress (or no answer from a worker) within the watchdog's timeout."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__(detail)
+
+    def __reduce__(self):
+        return (WorkerHangError, (self.detail,))

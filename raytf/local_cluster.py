@@ -13,6 +13,7 @@ addresses are kept as given, hence 127.0.0.2 and up.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -71,6 +72,7 @@ class LocalCluster:
         head_gpus: int = 0,
         temp_dir: str | None = None,
         auth_mode: str = "token",
+        system_config: dict | None = None,
     ):
         self.num_nodes = num_nodes
         self.cpus_per_node = cpus_per_node
@@ -80,6 +82,7 @@ class LocalCluster:
         self._own_temp = temp_dir is None
         self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="rtl-", dir="/tmp")
         self.auth_mode = auth_mode
+        self.system_config = system_config
         self.nodes: list[LocalNode] = []
         self.port = 0
         self.dashboard_port = 0
@@ -146,6 +149,8 @@ class LocalCluster:
                 f"--dashboard-port={self.dashboard_port}",
                 f"--ray-client-server-port={_free_port(ip)}",
             ]
+            if self.system_config:
+                cmd.append(f"--system-config={json.dumps(self.system_config)}")
         else:
             cmd += [f"--address={self.address}"]
         env = dict(os.environ, RAY_AUTH_MODE=self.auth_mode)

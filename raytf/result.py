@@ -14,7 +14,10 @@ class Result:
     reports in order (as in Ray Train). ``worker_results`` holds each rank's
     return value of ``train_loop_per_worker``, rank-ordered, so a run can check
     that every worker ended in the same state. ``checkpoint`` is the latest
-    committed checkpoint once checkpoints are configured.
+    committed checkpoint (a directory), if any. ``failures`` describes each
+    failure survived or not, ``recoveries_s`` the time from each restart's
+    start to the first resumed step, ``preemptions`` the restarts that
+    followed a termination notice (not counted as failures).
     """
 
     metrics: dict[str, Any]
@@ -25,3 +28,6 @@ class Result:
     worker_results: list[Any] = field(default_factory=list)
     checkpoint: str | None = None
     error: BaseException | None = None
+    failures: list[str] = field(default_factory=list)
+    recoveries_s: list[float] = field(default_factory=list)
+    preemptions: int = 0

@@ -1,36 +1,22 @@
 """The run's state on disk (``RUN_DIR/state.json``), for operators and tests.
 
-Written by the driver at every state change, atomically (write, then rename),
-so ``raytf status RUN_DIR`` always reads a whole document, even mid-write or
-after the driver died.
+Written by the driver at every state change (and about once a second while
+running), atomically, so ``raytf status RUN_DIR`` always reads a whole
+document, even mid-write or after the driver died. A driver restarted on the
+same run directory continues its attempt count and failure list from here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from raytf.storage import Storage
+
 STATE_FILE = "state.json"
-
-
-def write_json_atomic(path: str, doc: Any) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass
@@ -43,15 +29,26 @@ class RunState:
     driver_pid: int = field(default_factory=os.getpid)
     workers: list[dict[str, Any]] = field(default_factory=list)
     last_step: int | None = None
+    checkpoints: list[int] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    recoveries_s: list[float] = field(default_factory=list)
+    resumed_at: list[float] = field(default_factory=list)  # wall time of each first resumed step
+    preemptions: int = 0
     updated: float = 0.0
 
-    def save(self) -> None:
+    def save(self, storage: Storage) -> None:
         self.updated = time.time()
-        write_json_atomic(os.path.join(self.run_dir, STATE_FILE), asdict(self))
+        storage.write_json_atomic(asdict(self), STATE_FILE)
+
+
+def load_previous(storage: Storage) -> dict[str, Any]:
+    """The state a previous driver of this run left, or {} for a new run."""
+    try:
+        return storage.read_json(STATE_FILE)
+    except (FileNotFoundError, OSError, ValueError):
+        return {}
 
 
 def read_state(run_dir: str) -> dict[str, Any]:
-    path = os.path.join(run_dir, STATE_FILE)
-    with open(path) as f:
+    with open(os.path.join(run_dir, STATE_FILE)) as f:
         return json.load(f)

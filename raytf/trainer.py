@@ -18,6 +18,9 @@ from raytf.progress import Progress
 from raytf.result import Result
 
 logger = logging.getLogger("raytf")
+if os.environ.get("RAYTF_LOG_LEVEL"):
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logger.setLevel(os.environ["RAYTF_LOG_LEVEL"].upper())
 
 EMBEDDED_NODE_IP = os.environ.get("RAYTF_EMBEDDED_NODE_IP", "127.0.0.2")
 

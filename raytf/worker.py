@@ -13,17 +13,22 @@ from __future__ import annotations
 import inspect
 import os
 import socket
+import sys
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
+from raytf.checkpoint import CheckpointPart
 from raytf.context import Report, TrainContext, _ReportBuffer, _set_context
 from raytf.devices import cuda_visible_devices
-from raytf.errors import PortClashError, WorkerError
+from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
 from raytf.ports import is_port_clash, reserve_port
+from raytf.storage import Storage
+from raytf.worker_checkpoint import WorkerCheckpointer
 
 IDLE, RUNNING, FINISHED, FAILED = "idle", "running", "finished", "failed"
 
@@ -43,12 +48,15 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class WorkerPoll:
-    """One answer to the driver's poll: new reports and where the user's loop stands."""
+    """One answer to the driver's poll: what happened since the last one."""
 
     rank: int
     state: str
-    reports: list[Report]
-    error: WorkerError | None = None
+    reports: list[Report] = field(default_factory=list)
+    parts: list[CheckpointPart] = field(default_factory=list)
+    step: int | None = None  # last step passed to step_end
+    notice: str | None = None  # a termination notice seen by the group
+    error: BaseException | None = None
     result: Any = None
 
 
@@ -63,28 +71,55 @@ def _call_user_fn(fn, config):
 
 
 class RaytfWorker:
-    """One rank of the group. Created by WorkerGroup, never by users."""
+    """One rank of the group. Created by WorkerGroup or WorkerPool, never by users.
 
-    def __init__(self, rank: int, world_size: int, use_gpu: bool, gpus: int, env: dict):
+    A worker created with ``rank=None`` is a standby: it holds no resources of
+    its own (its placement-group bundle does), imports TensorFlow and waits.
+    ``promote`` makes it a rank in a few milliseconds, which is what makes a
+    restart fast: the 5-7 s of process start and TF import are already paid.
+    """
+
+    def __init__(self, rank: int | None, world_size: int, use_gpu: bool, gpus: int, env: dict):
         self.rank = rank
         self.world_size = world_size
         for key, value in env.items():
             os.environ.setdefault(key, value)
         ctx = ray.get_runtime_context()
-        self._gpu_ids = tuple(str(g) for g in ctx.get_accelerator_ids().get("GPU", []))
-        # Before TF is imported: TF reads this once, at CUDA initialisation.
-        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(self._gpu_ids, use_gpu, gpus)
         self._node_id = ctx.get_node_id()
-        self._tf = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"raytf-tf-{rank}")
+        self._gpu_ids: tuple[str, ...] = ()
+        if rank is not None:
+            ray_gpus = ctx.get_accelerator_ids().get("GPU", [])
+            self._use_devices(tuple(str(g) for g in ray_gpus), use_gpu, gpus)
+        self._tf = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-tf")
         self._tf.submit(_import_tensorflow)
         self._buffer = _ReportBuffer()
         self._port_sock: socket.socket | None = None
         self._strategy = None
+        self._checkpointer: WorkerCheckpointer | None = None
         self._run: Future | None = None
 
     def __repr__(self) -> str:
         # Ray prefixes each line this actor prints with its repr: "(raytf rank=1 pid=...)".
-        return f"raytf rank={self.rank}"
+        return "raytf standby" if self.rank is None else f"raytf rank={self.rank}"
+
+    def _use_devices(self, gpu_ids: tuple[str, ...], use_gpu: bool, gpus: int) -> None:
+        # Before TF initialises CUDA (at strategy creation), never after.
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpu_ids, use_gpu, gpus)
+        self._gpu_ids = gpu_ids if use_gpu else ()
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def promote(self, rank: int, world_size: int, use_gpu: bool, gpu_ids: list[str]) -> None:
+        """Turn a standby into ``rank``; ``gpu_ids`` are its bundle's GPUs (Ray gave it none)."""
+        if self._strategy is not None:
+            raise RuntimeError("a worker that already joined a strategy cannot be promoted")
+        self.rank = rank
+        self.world_size = world_size
+        self._use_devices(tuple(gpu_ids), use_gpu, len(gpu_ids))
+        # Ray's log monitor takes this marker as the new prefix for this process's lines.
+        for stream in (sys.stdout, sys.stderr):
+            print(f"{LOG_PREFIX_ACTOR_NAME}{self!r}", file=stream, flush=True)
 
     def reserve(self) -> WorkerInfo:
         """Hold a port for the TF server and say where this worker lives."""
@@ -121,10 +156,26 @@ class RaytfWorker:
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         return int(self._strategy.num_replicas_in_sync)
 
-    def start(self, fn, config: dict, run_dir: str, local_rank: int) -> None:
-        """Start the user's loop on the TF thread and return at once."""
+    def start(self, fn, config: dict, run_dir: str, local_rank: int, ckpt: dict) -> None:
+        """Start the user's loop on the TF thread and return at once.
+
+        ``ckpt`` holds the checkpoint settings: ``dir`` (relative to the run),
+        ``every_steps``, ``restore_url`` (None for a fresh start) and ``async_save``.
+        """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
+        self._checkpointer = WorkerCheckpointer(
+            storage=Storage(run_dir),
+            ckpt_dir=ckpt["dir"],
+            rank=self.rank,
+            world_size=self.world_size,
+            strategy=self._strategy,
+            every_steps=ckpt.get("every_steps"),
+            restore_url=ckpt.get("restore_url"),
+            async_save=bool(ckpt.get("async_save")),
+            on_part=self._buffer.put,
+        )
+        self._checkpointer.start_watchers()
         context = TrainContext(
             strategy=self._strategy,
             rank=self.rank,
@@ -134,26 +185,42 @@ class RaytfWorker:
             config=dict(config),
             run_dir=run_dir,
             buffer=self._buffer,
+            checkpointer=self._checkpointer,
         )
         _set_context(context)
         self._run = self._tf.submit(self._guarded, fn, context.config)
 
     def _guarded(self, fn, config):
         try:
-            return FINISHED, _call_user_fn(fn, config)
+            value = _call_user_fn(fn, config)
+            if self._checkpointer is not None:
+                self._checkpointer.wait()  # the last save is reported before FINISHED
+            return FINISHED, value
+        except CheckpointRestoreError as exc:
+            return FAILED, exc  # the driver falls back to an older checkpoint
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means
             tb = traceback.format_exc()
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
 
+    def request_checkpoint(self, reason: str) -> None:
+        """Chief only: have the group save at the next step boundary."""
+        if self._checkpointer is not None:
+            self._checkpointer.request(reason)
+
     def poll(self) -> WorkerPoll:
-        reports = self._buffer.drain()
-        if self._run is None:
-            return WorkerPoll(self.rank, IDLE, reports)
-        if not self._run.done():
-            return WorkerPoll(self.rank, RUNNING, reports)
-        state, value = self._run.result()
-        # Reports made just before the loop returned are in the buffer too.
-        reports += self._buffer.drain()
-        if state == FAILED:
-            return WorkerPoll(self.rank, FAILED, reports, error=value)
-        return WorkerPoll(self.rank, FINISHED, reports, result=value)
+        done = self._run is not None and self._run.done()
+        items = self._buffer.drain()  # after done(): nothing the loop reported is missed
+        state, value = (IDLE, None) if self._run is None else (RUNNING, None)
+        if done:
+            state, value = self._run.result()
+        notice = self._checkpointer.notice if self._checkpointer else None
+        return WorkerPoll(
+            rank=self.rank,
+            state=state,
+            reports=[i for i in items if isinstance(i, Report)],
+            parts=[i for i in items if isinstance(i, CheckpointPart)],
+            step=self._buffer.step,
+            notice=notice,
+            error=value if state == FAILED else None,
+            result=value if state == FINISHED else None,
+        )

@@ -1,115 +1,60 @@
-"""A placement group and one RaytfWorker actor per rank, started and ended as a unit.
+"""One RaytfWorker actor per rank, wired into one MWMS, started and ended as a unit.
 
 A group lives exactly as long as one MWMS: a strategy cannot be re-made in a
 live process, so any failure (or a port clash at start-up) ends the whole group
-and the driver starts a new one, new processes and new ports included.
+and the driver starts a new one, new processes and new ports included. The
+placement group and the standby processes belong to the ``WorkerPool``, which
+outlives the attempts.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raytf.config import ScalingConfig
 from raytf.devices import collective_implementation
-from raytf.errors import (
-    PlacementTimeoutError,
-    PortClashError,
-    WorkerDiedError,
-    WorkerSetupError,
-)
+from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
 from raytf.tf_config import tf_config_json
-from raytf.worker import RaytfWorker, WorkerInfo, WorkerPoll
+from raytf.worker import WorkerInfo, WorkerPoll
+from raytf.worker_pool import WorkerPool, kill_actor
 
 logger = logging.getLogger("raytf")
 
-# Environment each worker starts with unless the user's environment says otherwise.
-WORKER_ENV = {
-    "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines drown the user's output
-    "PYTHONUNBUFFERED": "1",  # so forwarded output keeps pace with training
-}
-POLL_TIMEOUT_S = float(os.environ.get("RAYTF_POLL_TIMEOUT_S", "10"))
-
-
-def _actor_options(bundle: dict[str, float]) -> dict:
-    custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")}
-    options = {"num_cpus": bundle.get("CPU", 0), "num_gpus": bundle.get("GPU", 0)}
-    if custom:
-        options["resources"] = custom
-    if "memory" in bundle:
-        options["memory"] = bundle["memory"]
-    return options
-
-
-def bundle_label(bundle: dict[str, float], count: int) -> str:
-    inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(bundle.items()))
-    return f"{count} x {{{inner}}}"
-
 
 class WorkerGroup:
-    """Owns one attempt's placement group and actors; ``shutdown`` leaves nothing behind."""
+    """One attempt's actors, wired into one MWMS; its pool outlives it."""
 
-    def __init__(self, scaling: ScalingConfig, *, run_name: str, attempt: int):
+    def __init__(self, scaling: ScalingConfig, *, pool: WorkerPool, attempt: int):
         self.scaling = scaling
-        self.run_name = run_name
+        self.pool = pool
         self.attempt = attempt
-        self.bundle = scaling.worker_resources()
-        self.pg = None
         self.actors: list = []
+        self.promoted = 0
         self.infos: list[WorkerInfo] = []
+        self._inflight: list = []
+        self._last_answer: list[float] = []
 
     # -- start-up ---------------------------------------------------------
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> None:
-        """Reserve every worker's resources at once, so no worker starts alone."""
-        n = self.scaling.num_workers
-        self.pg = placement_group(
-            [dict(self.bundle) for _ in range(n)],
-            strategy=self.scaling.placement_strategy,
-            name=f"raytf:{self.run_name}:{self.attempt}",
-        )
-        ready = self.pg.ready()
-        start = time.monotonic()
-        label = bundle_label(self.bundle, n)
-        while True:
-            done, _ = ray.wait([ready], timeout=1.0)
-            if done:
-                return
-            waited = time.monotonic() - start
-            if waited >= timeout_s:
-                raise PlacementTimeoutError(
-                    f"waited {waited:.0f} s for {label} and the cluster never had room: "
-                    "other work holds the resources or the autoscaler added no nodes "
-                    "(RunConfig.placement_timeout_s sets the wait)"
-                )
-            on_wait(f"waiting for {label}", waited)
+        self.pool.place(timeout_s, on_wait)
 
     def start_actors(self) -> None:
-        n = self.scaling.num_workers
-        gpus = self.scaling.gpus_per_worker
-        options = _actor_options(self.bundle)
-        actor_cls = ray.remote(RaytfWorker)
-        self.actors = [
-            actor_cls.options(
-                **options,
-                max_restarts=0,
-                max_concurrency=2,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=self.pg, placement_group_bundle_index=rank
-                ),
-            ).remote(rank, n, self.scaling.use_gpu, gpus, WORKER_ENV)
-            for rank in range(n)
-        ]
+        t0 = time.monotonic()
+        pairs = self.pool.actors_for_ranks()
+        logger.debug("actors ready to set up in %.3f s", time.monotonic() - t0)
+        self.actors = [actor for actor, _ in pairs]
+        self.promoted = sum(1 for _, promoted in pairs if promoted)
 
     def setup(self, timeout_s: float) -> int:
         """Wire the actors into one MWMS. Raises PortClashError or WorkerSetupError."""
+        t0 = time.monotonic()
         self.infos = self._get_all([a.reserve.remote() for a in self.actors], timeout_s, "start")
+        logger.debug("ports reserved in %.3f s", time.monotonic() - t0)
         addresses = [(info.node_ip, info.port) for info in self.infos]
         impl = collective_implementation(self.scaling.use_gpu)
         refs = [
@@ -117,6 +62,7 @@ class WorkerGroup:
             for rank, actor in enumerate(self.actors)
         ]
         replicas = self._get_all(refs, timeout_s, "create the strategy")
+        logger.debug("strategy created in %.3f s", time.monotonic() - t0)
         return replicas[0]
 
     def _get_all(self, refs: list, timeout_s: float, what: str) -> list:
@@ -148,14 +94,25 @@ class WorkerGroup:
             raise WorkerSetupError(f"rank {rank} died while trying to {what}: {exc}") from None
 
     # -- running ------------------------------------------------------------
-    def run(self, fn_ref, config: dict, run_dir: str) -> None:
+    def run(self, fn_ref, config: dict, run_dir: str, ckpt: dict) -> None:
         local_ranks = self._local_ranks()
-        ray.get(
-            [
-                actor.start.remote(fn_ref, config, run_dir, local_ranks[rank])
-                for rank, actor in enumerate(self.actors)
-            ]
-        )
+        refs = [
+            actor.start.remote(fn_ref, config, run_dir, local_ranks[rank], ckpt)
+            for rank, actor in enumerate(self.actors)
+        ]
+        try:
+            ray.get(refs)
+        except RayTaskError as exc:
+            raise UserCodeLoadError(
+                f"the workers could not load train_loop_per_worker: {_first_line(exc.cause)}. "
+                "Define it in the job script, or ship its module to the cluster "
+                "(runtime_env working_dir or py_modules)."
+            ) from None
+        except RayActorError as exc:
+            raise WorkerSetupError(f"a worker died while starting: {_first_line(exc)}") from None
+        now = time.monotonic()
+        self._inflight = [None] * len(self.actors)
+        self._last_answer = [now] * len(self.actors)
 
     def _local_ranks(self) -> list[int]:
         seen: dict[str, int] = {}
@@ -165,35 +122,59 @@ class WorkerGroup:
             seen[info.node_id] = out[-1] + 1
         return out
 
-    def poll(self) -> list[WorkerPoll | WorkerDiedError | None]:
-        """One answer per rank: a WorkerPoll, WorkerDiedError, or None if it did not answer."""
-        refs = [actor.poll.remote() for actor in self.actors]
-        ray.wait(refs, num_returns=len(refs), timeout=POLL_TIMEOUT_S)
+    def poll(self, wait_s: float) -> list[WorkerPoll | WorkerDiedError | None]:
+        """One answer per rank: a WorkerPoll, WorkerDiedError, or None (no answer yet).
+
+        A rank that has not answered keeps its poll outstanding instead of being
+        asked again, so a hung (e.g. SIGSTOPped) worker never stalls the driver.
+        """
+        for rank, actor in enumerate(self.actors):
+            if self._inflight[rank] is None:
+                self._inflight[rank] = actor.poll.remote()
+        pending = [ref for ref in self._inflight if ref is not None]
+        ray.wait(pending, num_returns=len(pending), timeout=wait_s)
+        now = time.monotonic()
         out: list[WorkerPoll | WorkerDiedError | None] = []
-        for rank, ref in enumerate(refs):
+        for rank, ref in enumerate(self._inflight):
             try:
                 out.append(ray.get(ref, timeout=0))
             except GetTimeoutError:
                 out.append(None)
+                continue
             except RayActorError as exc:
                 out.append(WorkerDiedError(rank, _first_line(exc)))
+            self._inflight[rank] = None
+            self._last_answer[rank] = now
         return out
+
+    def silent_ranks(self, for_s: float) -> list[int]:
+        now = time.monotonic()
+        return [r for r, t in enumerate(self._last_answer) if now - t >= for_s]
+
+    def request_checkpoint(self, reason: str) -> None:
+        """Ask the chief to have the whole group save at the next step boundary."""
+        if self.actors:
+            self.actors[0].request_checkpoint.remote(reason)
+
+    def draining_nodes(self) -> set[str]:
+        """Nodes of this group that Ray is draining (e.g. a spot node about to go)."""
+        try:
+            from ray._private.state import state as gcs_state
+
+            draining = gcs_state.get_draining_nodes()
+        except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
+            logger.debug("draining-node query failed: %s", exc)
+            return set()
+        return {info.node_id for info in self.infos if info.node_id in draining}
 
     # -- tear-down ----------------------------------------------------------
     def shutdown(self) -> None:
-        """Kill every actor (and with it its TF server), then free the placement group."""
+        """Kill every actor of this attempt, and with it its TF server."""
         for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception as exc:  # noqa: BLE001 - already gone is fine
-                logger.debug("kill failed: %s", exc)
+            kill_actor(actor)
         self.actors = []
-        if self.pg is not None:
-            try:
-                remove_placement_group(self.pg)
-            except Exception as exc:  # noqa: BLE001
-                logger.debug("remove_placement_group failed: %s", exc)
-            self.pg = None
+        if self.infos:
+            self.pool.bundle_gpu_ids = {i.rank: list(i.gpu_ids) for i in self.infos}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -39,6 +39,12 @@ def ray_cluster():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def cluster_env(ray_cluster):
+    """Environment for a driver process of its own that joins the session's cluster."""
+    return {"RAY_ADDRESS": ray.get_runtime_context().gcs_address, "RAY_AUTH_MODE": "token"}
+
+
 @pytest.fixture
 def storage(tmp_path):
     path = tmp_path / "runs"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from raytf.config import RunConfig, ScalingConfig
+from raytf.config import FailureConfig, RunConfig, ScalingConfig
 from raytf.context import Report
-from raytf.controller import Controller, State, pick_root_cause
+from raytf.controller import Controller, State
 from raytf.errors import (
     PlacementTimeoutError,
     PortClashError,
@@ -12,20 +12,36 @@ from raytf.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from raytf.failure_policy import pick_root_cause
 from raytf.progress import Progress
 from raytf.worker import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
 
 
+class FakePool:
+    def __init__(self, scaling, *, run_name):
+        self.closed = False
+        self.standbys = 0
+
+    def add_standbys(self):
+        self.standbys += 1
+
+    def close(self):
+        self.closed = True
+
+
 class FakeGroup:
-    """Plays back ``script``: setup outcomes per attempt, then poll rounds."""
+    """Plays back ``script``: setup outcomes per attempt, then poll rounds (shared by
+    attempts, in order)."""
 
     script: dict = {}
     created: list = []
+    polls: list = []
 
-    def __init__(self, scaling, *, run_name, attempt):
+    def __init__(self, scaling, *, pool, attempt):
         self.n = scaling.num_workers
         self.attempt = attempt
-        self.polls = list(self.script.get("polls", []))
+        self.pool = pool
+        self.promoted = 0
         self.infos = [
             WorkerInfo(r, "127.0.0.2", "n0", "h", 100 + r, 2000 + r, ()) for r in range(self.n)
         ]
@@ -46,11 +62,20 @@ class FakeGroup:
             raise errors[self.attempt]
         return self.n
 
-    def run(self, fn_ref, config, run_dir):
+    def run(self, fn_ref, config, run_dir, ckpt):
+        self.ckpt = ckpt
+
+    def poll(self, wait_s):
+        return FakeGroup.polls.pop(0)
+
+    def silent_ranks(self, for_s):
+        return []
+
+    def request_checkpoint(self, reason):
         pass
 
-    def poll(self):
-        return self.polls.pop(0)
+    def draining_nodes(self):
+        return set()
 
     def shutdown(self):
         self.shut = True
@@ -60,23 +85,32 @@ def report(rank, step, loss):
     return Report(rank, {"step": step, "loss": loss}, 64, float(step))
 
 
-def make_controller(tmp_path, script, n=2, monkeypatch=None):
+def make_controller(tmp_path, script, n=2, failure_config=None):
     FakeGroup.script = script
     FakeGroup.created = []
+    FakeGroup.polls = list(script.get("polls", []))
     ctrl = Controller(
         None,
         {},
         ScalingConfig(num_workers=n),
-        RunConfig(name="t", storage_path=str(tmp_path)),
+        RunConfig(
+            name="t", storage_path=str(tmp_path), failure_config=failure_config or FailureConfig()
+        ),
         Progress(verbose=0),
     )
     ctrl.worker_group_cls = FakeGroup
+    ctrl.worker_pool_cls = FakePool
     return ctrl
+
+
+def running(*steps):
+    return [WorkerPoll(r, RUNNING, step=s) for r, s in enumerate(steps)]
 
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch):
     monkeypatch.setattr("raytf.controller.POLL_INTERVAL_S", 0)
+    monkeypatch.setattr("raytf.controller.COLLATERAL_GRACE_S", 0)
 
 
 def test_happy_path_states_history_and_results(tmp_path):
@@ -128,11 +162,68 @@ def test_user_error_ends_the_run_with_rank_and_traceback(tmp_path):
     assert FakeGroup.created[0].shut
 
 
-def test_dead_worker_ends_the_run(tmp_path):
+def test_dead_worker_ends_the_run_without_retries(tmp_path):
     polls = [[WorkerPoll(0, RUNNING, []), WorkerDiedError(1, "actor died")]]
     ctrl = make_controller(tmp_path, {"polls": polls})
     with pytest.raises(TrainingFailedError, match="rank 1 died"):
         ctrl.run()
+
+
+def test_dead_worker_restarts_the_whole_group_and_counts(tmp_path):
+    polls = [
+        running(5, 5),
+        [WorkerPoll(0, RUNNING, []), WorkerDiedError(1, "actor died")],
+        running(3, 3),
+        [WorkerPoll(r, FINISHED, [], result=r) for r in range(2)],
+    ]
+    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=1))
+    seen = []
+    state = State.SCHEDULING
+    while not state.is_terminal:
+        state = ctrl._step(state)
+        seen.append(state)
+    assert seen == [
+        State.STARTING, State.RUNNING, State.RUNNING, State.RESTARTING,
+        State.SCHEDULING, State.STARTING, State.RUNNING, State.RUNNING, State.FINISHED,
+    ]  # fmt: skip
+    assert [g.shut for g in FakeGroup.created] == [True, False]
+    assert ctrl.pool.standbys == 2  # spares asked for once per attempt, after it ran
+    assert len(ctrl.recoveries_s) == 1
+
+
+def test_second_failure_beyond_max_failures_lists_both(tmp_path):
+    polls = [
+        [WorkerDiedError(0, "first"), WorkerPoll(1, RUNNING, [])],
+        [WorkerPoll(0, RUNNING, []), WorkerDiedError(1, "second")],
+    ]
+    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=1))
+    with pytest.raises(TrainingFailedError, match="rank 1 died: second") as info:
+        ctrl.run()
+    text = str(info.value)
+    assert "failures (2)" in text
+    assert "attempt 1: worker_died: rank 0 died: first" in text
+    assert "attempt 2: worker_died: rank 1 died: second" in text
+
+
+def test_user_error_is_not_retried_even_with_failures_left(tmp_path):
+    err = WorkerError(0, "KeyError", "'x'", "tb")
+    polls = [[WorkerPoll(0, FAILED, [], error=err), WorkerPoll(1, RUNNING, [])]]
+    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=5))
+    with pytest.raises(TrainingFailedError, match="rank 0 raised KeyError"):
+        ctrl.run()
+    assert len(FakeGroup.created) == 1
+
+
+def test_watchdog_declares_a_hang(tmp_path):
+    polls = [running(1, 1)] + [[None, None]] * 10
+    ctrl = make_controller(
+        tmp_path, {"polls": polls}, failure_config=FailureConfig(hang_timeout_s=30)
+    )
+    ticks = iter(range(0, 10_000, 10))  # every reading of the clock is 10 s later
+    ctrl.clock = lambda: float(next(ticks))
+    with pytest.raises(TrainingFailedError, match=r"no progress for \d+ s \(hang_timeout_s=30\)"):
+        ctrl.run()
+    assert len(FakeGroup.polls) > 0  # it fired within a few silent polls
 
 
 def test_placement_timeout_is_reported(tmp_path):

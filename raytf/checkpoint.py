@@ -1,0 +1,147 @@
+"""Committed checkpoints: the driver's side of coordinated saving.
+
+A checkpoint is the directory ``checkpoints/step_<N>/`` under the run. Workers
+write their parts into it (the chief the real TF files, every rank its own
+small RNG-state file); the driver *commits* it by writing ``manifest.json``
+last, atomically, once every rank has reported its part. The manifest lists
+each file with its size, so a checkpoint truncated or partly deleted later is
+recognised and skipped. Only committed, intact checkpoints are ever restored
+or counted by ``num_to_keep``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from raytf.storage import Storage
+
+logger = logging.getLogger("raytf")
+
+CKPT_DIR = "checkpoints"
+MANIFEST = "manifest.json"
+TF_PREFIX = "ckpt"  # TF writes ckpt.index and ckpt.data-*
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def step_dirname(step: int) -> str:
+    return f"step_{step:09d}"
+
+
+@dataclass(frozen=True)
+class CheckpointPart:
+    """One rank's report that its part of the checkpoint at ``step`` is written."""
+
+    rank: int
+    step: int
+    files: dict[str, int]  # name -> size in bytes, relative to the step directory
+    seconds: float
+    reason: str = "interval"  # interval | time | termination | request
+
+
+@dataclass(frozen=True)
+class CommittedCheckpoint:
+    step: int
+    path: str  # URL or local path of the step directory
+    manifest: dict
+
+
+def list_step_dirs(storage: Storage) -> list[int]:
+    steps = []
+    for name in storage.listdir(CKPT_DIR):
+        m = _STEP_RE.match(name)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def verify(storage: Storage, step: int) -> dict | None:
+    """The manifest of an intact committed checkpoint, or None (uncommitted or damaged)."""
+    d = step_dirname(step)
+    if not storage.exists(CKPT_DIR, d, MANIFEST):
+        return None
+    try:
+        manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
+        for name, size in manifest["files"].items():
+            if not storage.exists(CKPT_DIR, d, name) or storage.size(CKPT_DIR, d, name) != size:
+                logger.warning("checkpoint at step %d is damaged (%s); skipping it", step, name)
+                return None
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("checkpoint at step %d is unreadable (%s); skipping it", step, exc)
+        return None
+    if manifest.get("bad"):
+        return None
+    return manifest
+
+
+def committed(storage: Storage) -> list[int]:
+    """Steps that have a manifest (intact or not): what retention counts."""
+    return [
+        s for s in list_step_dirs(storage) if storage.exists(CKPT_DIR, step_dirname(s), MANIFEST)
+    ]
+
+
+def latest_intact(storage: Storage, skip: set[int] = frozenset()) -> CommittedCheckpoint | None:
+    """The newest committed checkpoint whose files are all there, newest first."""
+    for step in reversed(committed(storage)):
+        if step in skip:
+            continue
+        manifest = verify(storage, step)
+        if manifest is not None:
+            return CommittedCheckpoint(step, storage.url(CKPT_DIR, step_dirname(step)), manifest)
+    return None
+
+
+def commit(
+    storage: Storage, parts: list[CheckpointPart], *, world_size: int, attempt: int
+) -> CommittedCheckpoint:
+    """Write the manifest: from now on this checkpoint exists."""
+    steps = {p.step for p in parts}
+    if len(steps) != 1 or len({p.rank for p in parts}) != world_size:
+        raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
+    step = steps.pop()
+    files: dict[str, int] = {}
+    for part in parts:
+        files.update(part.files)
+    manifest = {
+        "step": step,
+        "files": files,
+        "world_size": world_size,
+        "attempt": attempt,
+        "reason": parts[0].reason,
+        "committed_at": time.time(),
+        "save_seconds": max(p.seconds for p in parts),
+    }
+    d = step_dirname(step)
+    storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
+    return CommittedCheckpoint(step, storage.url(CKPT_DIR, d), manifest)
+
+
+def mark_bad(storage: Storage, step: int, why: str) -> None:
+    """A committed checkpoint that failed to restore is never tried again."""
+    d = step_dirname(step)
+    manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
+    manifest["bad"] = why
+    storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
+
+
+def prune(storage: Storage, num_to_keep: int | None) -> list[int]:
+    """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
+
+    A directory without a manifest older than the newest commit is the remains
+    of a save interrupted by a failure; one newer may still be being written.
+    """
+    done = committed(storage)
+    removed = []
+    if num_to_keep is not None and len(done) > num_to_keep:
+        for step in done[: len(done) - num_to_keep]:
+            storage.remove(CKPT_DIR, step_dirname(step))
+            removed.append(step)
+    newest = done[-1] if done else -1
+    for step in list_step_dirs(storage):
+        if step < newest and step not in done:
+            storage.remove(CKPT_DIR, step_dirname(step))
+            removed.append(step)
+    return removed

@@ -1,0 +1,104 @@
+"""What a failure is, and whether to retry it. Policies decide; the controller acts.
+
+Pure logic, unit-tested without Ray: the controller classifies what it saw
+into a ``Failure`` and asks ``FailurePolicy.decide``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from raytf.config import FailureConfig
+from raytf.errors import (
+    CheckpointRestoreError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerHangError,
+    WorkerSetupError,
+)
+
+# Errors a worker sees because a peer failed: the group broke, not the user's code.
+COLLATERAL_ERRORS = frozenset(
+    {"AbortedError", "UnavailableError", "CancelledError", "DeadlineExceededError"}
+)
+
+
+class FailureKind(enum.Enum):
+    USER_ERROR = "user_error"  # the user's code raised: a bug
+    WORKER_DIED = "worker_died"  # process or node gone
+    COLLECTIVE = "collective"  # a collective broke because a peer went away
+    HANG = "hang"  # no progress within the watchdog's timeout
+    SETUP = "setup"  # the group could not be started
+    RESTORE = "restore"  # a committed checkpoint could not be read
+
+    @property
+    def is_infrastructure(self) -> bool:
+        return self is not FailureKind.USER_ERROR
+
+    @property
+    def counts(self) -> bool:
+        """A damaged checkpoint is skipped and never tried again, so it costs no retry."""
+        return self is not FailureKind.RESTORE
+
+
+def classify(error: BaseException) -> FailureKind:
+    if isinstance(error, WorkerDiedError):
+        return FailureKind.WORKER_DIED
+    if isinstance(error, WorkerHangError):
+        return FailureKind.HANG
+    if isinstance(error, WorkerSetupError):
+        return FailureKind.SETUP
+    if isinstance(error, CheckpointRestoreError):
+        return FailureKind.RESTORE
+    if isinstance(error, WorkerError) and error.exc_type in COLLATERAL_ERRORS:
+        return FailureKind.COLLECTIVE
+    return FailureKind.USER_ERROR
+
+
+_PRIORITY = [
+    FailureKind.USER_ERROR,
+    FailureKind.RESTORE,
+    FailureKind.WORKER_DIED,
+    FailureKind.HANG,
+    FailureKind.SETUP,
+    FailureKind.COLLECTIVE,
+]
+
+
+def pick_root_cause(errors: list[BaseException]) -> BaseException:
+    """The error to act on and show: a user's own exception beats a peer's collective abort,
+    a dead worker beats the errors its death caused in the others."""
+    return min(errors, key=lambda e: _PRIORITY.index(classify(e)))
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    cause: BaseException
+    attempt: int
+    at: float = field(default_factory=time.time)
+
+    def describe(self) -> str:
+        return f"attempt {self.attempt}: {self.kind.value}: {self.cause}"
+
+
+class Decision(enum.Enum):
+    RETRY = "retry"
+    RAISE = "raise"
+
+
+class FailurePolicy:
+    def __init__(self, config: FailureConfig):
+        self.config = config
+
+    def decide(self, failure: Failure, failures_so_far: int) -> Decision:
+        """``failures_so_far`` counts this one too (if it counts)."""
+        if failure.kind is FailureKind.RESTORE:
+            return Decision.RETRY
+        if failure.kind is FailureKind.USER_ERROR and not self.config.retry_user_errors:
+            return Decision.RAISE
+        if self.config.max_failures == -1 or failures_so_far <= self.config.max_failures:
+            return Decision.RETRY
+        return Decision.RAISE

@@ -1,0 +1,264 @@
+"""A worker's side of coordinated checkpoints: save at an agreed step, restore exactly.
+
+Every rank must save at the same step (saving may run collectives). Two ways
+to agree, neither costing a collective per step:
+
+- ``checkpoint_every_steps``: each rank decides from its own step count.
+- On demand (the driver's timer, a termination notice): the chief, at its next
+  step boundary ``s``, publishes "save at s+1" in TF's coordination-service
+  key-value store and waits until every rank's watcher thread has
+  acknowledged. No rank can finish step s+1 without the chief, so every rank
+  knows the target before it gets there.
+
+A SIGTERM to any worker is caught by TF's preemption notifier, which publishes
+``TF_DEFAULT_PREEMPTION_NOTICE_KEY`` to every rank; the watcher here turns it
+into an on-demand save and tells the driver.
+
+The chief writes the real TF files; other ranks write theirs to a private
+scratch directory and delete it (TF's multi-worker pattern), and every rank
+writes its own RNG state file, so nothing collides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from raytf.checkpoint import TF_PREFIX, CheckpointPart
+from raytf.errors import CheckpointRestoreError
+from raytf.storage import Storage
+
+logger = logging.getLogger("raytf")
+
+PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+_REQUEST_KEY = "raytf_ckpt_request_{}"
+_ACK_KEY = "raytf_ckpt_ack_{}_{}"
+
+
+def _rng_state() -> dict:
+    py = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), *[float(x) for x in np_state[2:]]],
+    }
+
+
+def _set_rng_state(doc: dict) -> None:
+    v, internal, gauss = doc["python"]
+    random.setstate((v, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = doc["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
+
+
+def _kv():
+    from tensorflow.python.eager import context
+
+    return context.context()
+
+
+def _build_optimizers(trackables: dict, strategy) -> None:
+    """Keras 3 optimizers create their slots lazily; restoring needs them to exist."""
+    import keras
+
+    models = [t for t in trackables.values() if isinstance(t, keras.Model)]
+    variables = [v for m in models for v in m.trainable_variables]
+    for t in trackables.values():
+        if isinstance(t, keras.optimizers.Optimizer) and not t.built and variables:
+            with strategy.scope():
+                t.build(variables)
+
+
+class WorkerCheckpointer:
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        ckpt_dir: str,
+        rank: int,
+        world_size: int,
+        strategy,
+        every_steps: int | None,
+        restore_url: str | None,
+        async_save: bool,
+        on_part: Callable[[CheckpointPart], None],
+    ):
+        self.storage = storage
+        self.ckpt_dir = ckpt_dir
+        self.rank = rank
+        self.world_size = world_size
+        self.strategy = strategy
+        self.every_steps = every_steps
+        self.restore_url = restore_url
+        self.async_save = async_save
+        self.on_part = on_part
+        self.ckpt = None
+        self._step_var = None
+        self._lock = threading.Lock()
+        self._pending_reason: str | None = None  # chief: a save was asked for
+        self._target: tuple[int, str] | None = None  # agreed (step, reason)
+        self._round = 0
+        self.notice: str | None = None  # a termination notice seen anywhere in the group
+        self._inflight: threading.Thread | None = None
+
+    # -- set-up ---------------------------------------------------------------
+    def start_watchers(self) -> None:
+        threading.Thread(target=self._watch_notice, daemon=True, name="raytf-notice").start()
+        if self.rank != 0:
+            threading.Thread(target=self._watch_requests, daemon=True, name="raytf-ckpt").start()
+
+    def track(self, trackables: dict) -> int:
+        """Register what a checkpoint holds; restore it if the run resumes. Returns the step."""
+        import tensorflow as tf
+
+        if self.ckpt is not None:
+            raise RuntimeError("restore() was already called in this worker")
+        self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="raytf_step")
+        self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
+        if self.restore_url is None:
+            return 0
+        t0 = time.monotonic()
+        _build_optimizers(trackables, self.strategy)
+        local_dir, scratch = self._local_copy(self.restore_url)
+        try:
+            self.ckpt.read(os.path.join(local_dir, TF_PREFIX)).assert_existing_objects_matched()
+            state_file = os.path.join(local_dir, f"state_rank{self.rank}.json")
+            if os.path.exists(state_file):
+                with open(state_file) as f:
+                    _set_rng_state(json.load(f))
+        except Exception as exc:  # noqa: BLE001 - any failure means this checkpoint is unusable
+            raise CheckpointRestoreError(self.restore_url, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+        step = int(self._step_var.numpy())
+        logger.info("rank %d restored step %d in %.3f s", self.rank, step, time.monotonic() - t0)
+        return step
+
+    def _local_copy(self, url: str) -> tuple[str, str | None]:
+        if self.storage.local:
+            return url, None
+        scratch = tempfile.mkdtemp(prefix="raytf-restore-")
+        src = Storage(url)
+        src.download_dir(scratch)
+        return scratch, scratch
+
+    # -- the training loop's hook ----------------------------------------------
+    def step_end(self, step: int) -> None:
+        if self.ckpt is None:
+            return
+        reason = None
+        with self._lock:
+            if self._target is not None and self._target[0] <= step:
+                if self._target[0] == step:
+                    reason = self._target[1]  # every rank has the same target and reason
+                self._target = None
+            pending = self._pending_reason if self.rank == 0 else None
+        if reason is None and self.every_steps and step % self.every_steps == 0:
+            reason = "interval"
+        if reason:
+            self._save(step, reason)
+        if pending and reason is None:
+            self._agree_on_next_step(step, pending)
+
+    def request(self, reason: str) -> None:
+        """Chief only: save at the next step boundary (called from the actor's poll thread)."""
+        with self._lock:
+            if self._pending_reason is None or reason == "termination":
+                self._pending_reason = reason  # a termination notice outranks a timer
+
+    def _agree_on_next_step(self, step: int, reason: str) -> None:
+        self._round += 1
+        target = step + 1
+        kv = _kv()
+        kv.set_config_key_value(_REQUEST_KEY.format(self._round), f"{target}:{reason}")
+        for rank in range(1, self.world_size):
+            kv.get_config_key_value(_ACK_KEY.format(self._round, rank))
+        with self._lock:
+            self._target = (target, reason)
+            self._pending_reason = None
+
+    def _watch_requests(self) -> None:
+        kv = _kv()
+        k = 0
+        while True:
+            k += 1
+            try:
+                value = kv.get_config_key_value(_REQUEST_KEY.format(k))
+            except Exception:  # noqa: BLE001 - the group is going away
+                return
+            target, reason = value.split(":", 1)
+            with self._lock:
+                self._target = (int(target), reason)
+            kv.set_config_key_value(_ACK_KEY.format(k, self.rank), "1")
+
+    def _watch_notice(self) -> None:
+        try:
+            who = _kv().get_config_key_value(PREEMPTION_NOTICE_KEY)
+        except Exception:  # noqa: BLE001
+            return
+        self.notice = str(who)
+        if self.rank == 0:
+            self.request("termination")
+
+    # -- saving -------------------------------------------------------------------
+    def _save(self, step: int, reason: str) -> None:
+        """Write this rank's part of the checkpoint at ``step`` and report it.
+
+        With ``async_save`` TF copies the values and writes in the background; the
+        part is reported (and the scratch cleaned) from a helper thread once the
+        files are on disk, so the loop only pays for the copy.
+        """
+        import tensorflow as tf
+
+        t0 = time.monotonic()
+        self.wait()  # one save in flight at a time
+        self._step_var.assign(step)
+        dirname = f"step_{step:09d}"
+        real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
+        staging = real or tempfile.mkdtemp(prefix="raytf-save-")
+        scratch = staging if self.rank == 0 else tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
+        os.makedirs(staging, exist_ok=True)
+        options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=self.async_save)
+        self.ckpt.write(os.path.join(scratch, TF_PREFIX), options=options)
+        rng = json.dumps(_rng_state()).encode()  # the state at this step, not at upload
+        args = (step, reason, dirname, staging, scratch, rng, t0)
+        if self.async_save:
+            self._inflight = threading.Thread(target=self._finish, args=args, daemon=True)
+            self._inflight.start()
+        else:
+            self._finish(*args)
+
+    def _finish(self, step, reason, dirname, staging, scratch, rng, t0) -> None:
+        if self.async_save:
+            self.ckpt.sync()
+        files = {}
+        if self.rank == 0:
+            files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        state_name = f"state_rank{self.rank}.json"
+        with open(os.path.join(staging, state_name), "wb") as f:
+            f.write(rng)
+        files[state_name] = len(rng)
+        if not self.storage.local:
+            self.storage.upload_dir(staging, self.ckpt_dir, dirname)
+            shutil.rmtree(staging, ignore_errors=True)
+        took = time.monotonic() - t0
+        self.on_part(CheckpointPart(self.rank, step, files, took, reason))
+        logger.info("rank %d saved step %d (%s) in %.3f s", self.rank, step, reason, took)
+
+    def wait(self) -> None:
+        """Block until an asynchronous save in flight has been reported."""
+        if self._inflight is not None:
+            self._inflight.join()
+            self._inflight = None

@@ -1,0 +1,90 @@
+"""Run the example job as a user would (its own driver process) and inject faults from
+outside: signals to the pids that ``raytf status`` reports, or to the driver itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")
+
+# Small but long enough to hit mid-run: 160 steps of ~35 ms, a checkpoint every 20.
+FAULT_ARGS = ["--workers", "2", "--steps", "160", "--seed", "3", "--checkpoint-every", "20"]
+FAULT_ARGS += ["--step-sleep", "0.03", "--report-every", "4"]
+
+
+class JobRun:
+    def __init__(self, storage: str, name: str, *args: str, env: dict | None = None):
+        self.run_dir = os.path.join(storage, name)
+        self.cmd = [sys.executable, JOB, "--storage", storage, "--name", name, *args]
+        self.env = dict(os.environ, **(env or {}))
+        self.out_path = os.path.join(storage, f"{name}.out")
+        self.err_path = os.path.join(storage, f"{name}.err")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> JobRun:
+        with open(self.out_path, "ab") as out, open(self.err_path, "ab") as err:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=err, env=self.env)
+        return self
+
+    def state(self) -> dict:
+        """What `raytf status RUN_DIR` prints."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "raytf.cli", "status", self.run_dir],
+            capture_output=True,
+            text=True,
+        )
+        return json.loads(proc.stdout) if proc.returncode == 0 else {}
+
+    def wait_for(self, *, step: int, attempt: int = 1, timeout: float = 180) -> dict:
+        """Block until the given attempt has passed ``step``; return the state."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.output()[-3000:]
+            try:
+                with open(os.path.join(self.run_dir, "state.json")) as f:
+                    st = json.load(f)
+            except (OSError, ValueError):
+                st = {}
+            if st.get("attempt", 0) >= attempt and (st.get("last_step") or 0) >= step:
+                if st.get("state") == "RUNNING":
+                    return st
+            time.sleep(0.1)
+        raise TimeoutError(f"attempt {attempt} never passed step {step}: {self.output()[-3000:]}")
+
+    def signal_worker(self, rank: int, sig: int, state: dict) -> int:
+        pid = next(w["pid"] for w in state["workers"] if w["rank"] == rank)
+        os.kill(pid, sig)
+        return pid
+
+    def kill_driver(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def finish(self, timeout: float = 300) -> tuple[int, dict | None]:
+        assert self.proc is not None
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        lines = [ln for ln in open(self.out_path).read().splitlines() if ln.startswith("{")]
+        return rc, (json.loads(lines[-1]) if lines else None)
+
+    def output(self) -> str:
+        text = ""
+        for path in (self.out_path, self.err_path):
+            if os.path.exists(path):
+                text += open(path, errors="replace").read()
+        return text
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)

@@ -1,0 +1,171 @@
+"""Faults injected from outside, as a user meets them; each run must finish with exactly
+the weights of an uninterrupted run (CPU ops here are deterministic) and lose nothing
+committed."""
+
+import json
+import os
+import signal
+
+import pytest
+
+from raytf.checkpoint import CKPT_DIR, MANIFEST
+
+from .jobrun import FAULT_ARGS, JobRun
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reference(cluster_env, tmp_path_factory):
+    """The uninterrupted run every faulty run must match."""
+    storage = str(tmp_path_factory.mktemp("ref"))
+    run = JobRun(storage, "ref", *FAULT_ARGS, env=cluster_env).start()
+    rc, summary = run.finish()
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 1 and summary["digests_agree"]
+    return summary
+
+
+def run_job(storage, name, env, *extra):
+    return JobRun(storage, name, *FAULT_ARGS, *extra, env=env).start()
+
+
+def assert_same_result(summary, reference):
+    assert summary["steps"] == reference["steps"]
+    assert summary["digests_agree"]
+    assert summary["weights_digest"] == reference["weights_digest"]
+    assert summary["final_metrics"] == reference["final_metrics"]
+
+
+def manifests(run_dir):
+    out = []
+    ckpt_dir = os.path.join(run_dir, CKPT_DIR)
+    for name in sorted(os.listdir(ckpt_dir)):
+        path = os.path.join(ckpt_dir, name, MANIFEST)
+        if os.path.exists(path):
+            with open(path) as f:
+                out.append(json.load(f))
+    return out
+
+
+def test_sigkill_one_worker_resumes_exactly(reference, cluster_env, storage):
+    run = run_job(storage, "kill1", cluster_env, "--max-failures", "2")
+    try:
+        state = run.wait_for(step=70)
+        run.signal_worker(1, signal.SIGKILL, state)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0, run.output()[-3000:]
+    assert summary["attempts"] == 2
+    assert len(summary["failures"]) == 1 and "worker_died" in summary["failures"][0]
+    assert_same_result(summary, reference)
+    assert len(summary["recoveries_s"]) == 1
+
+
+def test_sigkill_twice_in_one_run(reference, cluster_env, storage):
+    run = run_job(storage, "kill2", cluster_env, "--max-failures", "3")
+    try:
+        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=45))
+        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=110, attempt=2))
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0, run.output()[-3000:]
+    assert summary["attempts"] == 3 and len(summary["failures"]) == 2
+    assert_same_result(summary, reference)
+
+
+def test_hung_worker_is_detected_and_replaced(reference, cluster_env, storage):
+    # SIGSTOP: the process lives but answers nothing; TF's heartbeats or the watchdog notice.
+    run = run_job(storage, "hang", cluster_env, "--max-failures", "2", "--hang-timeout", "30")
+    stopped = None
+    try:
+        stopped = run.signal_worker(1, signal.SIGSTOP, run.wait_for(step=70))
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+        if stopped:
+            try:
+                os.kill(stopped, signal.SIGKILL)  # raytf killed it already; never leave one
+            except ProcessLookupError:
+                pass
+    assert rc == 0, run.output()[-3000:]
+    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    assert_same_result(summary, reference)
+
+
+def test_sigterm_checkpoints_first_and_is_not_a_failure(reference, cluster_env, storage):
+    # max_failures=0: a termination notice must not count as a failure.
+    run = run_job(storage, "term", cluster_env, "--max-failures", "0", "--keep", "100")
+    try:
+        state = run.wait_for(step=50)
+        run.signal_worker(1, signal.SIGTERM, state)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0, run.output()[-3000:]
+    assert summary["failures"] == [] and summary["preemptions"] == 1
+    assert summary["attempts"] == 2
+    assert_same_result(summary, reference)
+    reasons = {m["step"]: m["reason"] for m in manifests(run.run_dir)}
+    termination = [s for s, r in reasons.items() if r == "termination"]
+    assert termination and all(s % 20 for s in termination), reasons
+
+
+def test_driver_killed_then_rerun_continues(reference, cluster_env, storage):
+    first = run_job(storage, "drv", cluster_env)
+    try:
+        first.wait_for(step=70)
+        first.kill_driver()
+    finally:
+        first.stop()
+    committed = [m["step"] for m in manifests(first.run_dir)]
+    assert committed and max(committed) >= 60
+
+    second = run_job(storage, "drv", cluster_env)
+    rc, summary = second.finish()
+    assert rc == 0, second.output()[-3000:]
+    assert f"resuming after step {max(committed)}" in second.output()
+    assert summary["attempts"] >= 2  # the attempt count continues across drivers
+    assert_same_result(summary, reference)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_damaged_newest_checkpoint_falls_back_to_previous(reference, cluster_env, storage, damage):
+    first = run_job(storage, "dmg", cluster_env)
+    try:
+        first.wait_for(step=70)
+        first.kill_driver()
+    finally:
+        first.stop()
+    steps = sorted(m["step"] for m in manifests(first.run_dir))
+    newest, previous = steps[-1], steps[-2]
+    step_dir = os.path.join(first.run_dir, CKPT_DIR, f"step_{newest:09d}")
+    data = next(n for n in os.listdir(step_dir) if n.startswith("ckpt.data"))
+    if damage == "truncate":
+        with open(os.path.join(step_dir, data), "r+b") as f:
+            f.truncate(10)
+    else:
+        os.unlink(os.path.join(step_dir, "ckpt.index"))
+
+    second = run_job(storage, "dmg", cluster_env)
+    rc, summary = second.finish()
+    assert rc == 0, second.output()[-3000:]
+    assert f"resuming after step {previous}" in second.output()
+    assert_same_result(summary, reference)
+
+
+def test_max_failures_exhausted_lists_every_cause(cluster_env, storage):
+    run = run_job(storage, "exhaust", cluster_env, "--max-failures", "1")
+    try:
+        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=30))
+        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=50, attempt=2))
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    out = run.output()
+    assert rc != 0 and summary is None
+    assert "TrainingFailedError" in out and "failures (2)" in out
+    assert "attempt 1: worker_died: rank 1 died" in out
+    assert "attempt 2: worker_died: rank 0 died" in out

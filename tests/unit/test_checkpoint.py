@@ -1,0 +1,135 @@
+"""Commit, verify, prune and pick checkpoints on a real directory (no TF needed)."""
+
+import os
+
+import pytest
+
+from raytf import CheckpointConfig, ConfigError
+from raytf.checkpoint import (
+    CKPT_DIR,
+    CheckpointPart,
+    commit,
+    committed,
+    latest_intact,
+    prune,
+    step_dirname,
+)
+from raytf.checkpoint_coordinator import CheckpointCoordinator
+from raytf.storage import Storage
+
+
+def write_parts(storage: Storage, step: int, world: int = 2) -> list[CheckpointPart]:
+    """What the workers do: the chief writes TF files, every rank its state file."""
+    d = storage.path(CKPT_DIR, step_dirname(step))
+    os.makedirs(d, exist_ok=True)
+    parts = []
+    for rank in range(world):
+        files = {}
+        if rank == 0:
+            for name, data in (("ckpt.index", b"i" * 10), ("ckpt.data-00000-of-00001", b"d" * 100)):
+                with open(os.path.join(d, name), "wb") as f:
+                    f.write(data)
+                files[name] = len(data)
+        with open(os.path.join(d, f"state_rank{rank}.json"), "w") as f:
+            f.write("{}")
+        files[f"state_rank{rank}.json"] = 2
+        parts.append(CheckpointPart(rank, step, files, 0.01))
+    return parts
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return Storage(str(tmp_path / "run"))
+
+
+def test_commit_then_latest(storage):
+    for step in (10, 20):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    latest = latest_intact(storage)
+    assert latest.step == 20
+    assert latest.path.endswith("step_000000020")
+    assert set(latest.manifest["files"]) == {
+        "ckpt.index",
+        "ckpt.data-00000-of-00001",
+        "state_rank0.json",
+        "state_rank1.json",
+    }
+
+
+def test_uncommitted_save_is_never_restored(storage):
+    commit(storage, write_parts(storage, 10), world_size=2, attempt=1)
+    write_parts(storage, 20)  # a save interrupted before the driver committed it
+    assert latest_intact(storage).step == 10
+    assert committed(storage) == [10]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_damaged_newest_falls_back(storage, damage):
+    for step in (10, 20):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    data = storage.path(CKPT_DIR, step_dirname(20), "ckpt.data-00000-of-00001")
+    if damage == "truncate":
+        with open(data, "r+b") as f:
+            f.truncate(5)
+    else:
+        os.unlink(data)
+    assert latest_intact(storage).step == 10
+
+
+def test_commit_needs_every_rank_at_one_step(storage):
+    parts = write_parts(storage, 10)
+    with pytest.raises(ValueError):
+        commit(storage, parts[:1], world_size=2, attempt=1)
+    mixed = [parts[0], CheckpointPart(1, 11, {}, 0.0)]
+    with pytest.raises(ValueError):
+        commit(storage, mixed, world_size=2, attempt=1)
+
+
+def test_prune_keeps_newest_and_drops_abandoned(storage):
+    for step in (10, 20, 30, 40):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    write_parts(storage, 25)  # abandoned partial save older than the newest commit
+    write_parts(storage, 50)  # a save possibly still in progress
+    removed = prune(storage, num_to_keep=2)
+    assert sorted(removed) == [10, 20, 25]
+    assert committed(storage) == [30, 40]
+    assert storage.exists(CKPT_DIR, step_dirname(50))
+
+
+def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(storage):
+    coord = CheckpointCoordinator(storage, CheckpointConfig(num_to_keep=1), world_size=2)
+    p10 = write_parts(storage, 10)
+    assert coord.on_parts([p10[0]], attempt=1) == []
+    assert coord.on_parts([p10[1]], attempt=1)[0].step == 10
+    p20 = write_parts(storage, 20)
+    coord.on_parts([p20[0]], attempt=1)
+    coord.new_attempt()  # rank 1 died before writing its part
+    assert coord.on_parts([p20[1]], attempt=2) == []  # half a checkpoint never commits
+    assert coord.restore_point().step == 10
+
+
+def test_coordinator_time_trigger_fires_once_until_a_commit(storage):
+    coord = CheckpointCoordinator(storage, CheckpointConfig(checkpoint_every_s=5), world_size=2)
+    start = coord._last_save
+    assert not coord.time_due(start + 1)
+    assert coord.time_due(start + 6)
+    assert not coord.time_due(start + 7)  # already asked, waiting for the commit
+
+
+def test_file_url_storage_works_like_a_path(tmp_path):
+    url_storage = Storage(f"file://{tmp_path}/run")
+    commit(url_storage, write_parts(url_storage, 5), world_size=2, attempt=1)
+    assert latest_intact(Storage(str(tmp_path / "run"))).step == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_to_keep": 0}, "num_to_keep = 0"),
+        ({"checkpoint_every_steps": 2.5}, "checkpoint_every_steps = 2.5"),
+        ({"checkpoint_every_s": -1}, "checkpoint_every_s = -1"),
+    ],
+)
+def test_bad_checkpoint_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        CheckpointConfig(**kwargs)
