@@ -172,7 +172,8 @@ def main(argv=None) -> dict:
             name=args.name,
             storage_path=args.storage,
             checkpoint_config=raytf.CheckpointConfig(
-                num_to_keep=args.keep, checkpoint_every_steps=args.checkpoint_every
+                num_to_keep=args.keep,
+                checkpoint_every_steps=args.checkpoint_every,
             ),
             failure_config=raytf.FailureConfig(
                 max_failures=args.max_failures, hang_timeout_s=args.hang_timeout

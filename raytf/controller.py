@@ -31,8 +31,6 @@ from raytf.errors import (
     TrainingFailedError,
     UserCodeLoadError,
     WorkerDiedError,
-    WorkerError,
-    WorkerHangError,
     WorkerSetupError,
 )
 from raytf.failure_policy import (
@@ -41,12 +39,14 @@ from raytf.failure_policy import (
     FailureKind,
     FailurePolicy,
     classify,
+    failure_message,
     pick_root_cause,
 )
 from raytf.progress import Progress
 from raytf.result import Result
 from raytf.run_state import RunState, load_previous
 from raytf.storage import Storage
+from raytf.watchdog import Watchdog
 from raytf.worker import FAILED, FINISHED, WorkerPoll
 from raytf.worker_group import WorkerGroup
 from raytf.worker_pool import WorkerPool
@@ -109,9 +109,6 @@ class Controller:
         self.error: BaseException | None = None
         self.restart_reason: Failure | str | None = None
         self.notice: str | None = None
-        self.restored_step = 0
-        self.recovery_started: float | None = None
-        self.recoveries_s: list[float] = []
         self.preemptions = 0
         previous = load_previous(self.storage)
         self.status = RunState(
@@ -121,8 +118,7 @@ class Controller:
         self.status.failures = previous.get("failures", [])
         self.attempt = self.status.attempt
         self.started = self.clock()
-        self._last_progress = self.started
-        self._last_step: int | None = None
+        self.watchdog = Watchdog(run_config.failure_config, self.started)
         self._last_drain_check = 0.0
 
     # -- the loop -----------------------------------------------------------
@@ -182,9 +178,9 @@ class Controller:
         except WorkerSetupError as exc:
             return self._on_failure(exc)
         restore = self.ckpts.restore_point()
-        self.restored_step = restore.step if restore else 0
-        self.status.last_step = self.restored_step
-        self._trim_history(self.restored_step)
+        restored = restore.step if restore else 0
+        self.status.last_step = restored
+        self._trim_history(restored)
         self.ckpts.new_attempt()
         self.finished_ranks.clear()
         self.worker_results = [None] * self.scaling.num_workers
@@ -192,7 +188,6 @@ class Controller:
         ckpt_args = {
             "dir": self.ckpts.dir,
             "every_steps": self.run_config.checkpoint_config.checkpoint_every_steps,
-            "async_save": self.run_config.checkpoint_config.async_save,
             "restore_url": restore.path if restore else None,
         }
         try:
@@ -208,8 +203,7 @@ class Controller:
             f"attempt {self.attempt}: {self.scaling.num_workers} workers on {nodes} node(s), "
             f"{replicas} replicas in sync, started in {self.clock() - t0:.1f} s{warm}{where}"
         )
-        self._last_progress = self.clock()
-        self._last_step = None
+        self.watchdog.attempt_started(self.clock(), restored)
         return State.RUNNING
 
     def _poll(self) -> State:
@@ -240,7 +234,7 @@ class Controller:
             return State.RESTARTING
         if len(self.finished_ranks) == self.scaling.num_workers:
             return State.FINISHED
-        hang = self._watchdog(now)
+        hang = self.watchdog.check(now, self.group.silent_ranks)
         if hang is not None:
             return self._on_failure(hang)
         if self.ckpts.time_due(now):
@@ -254,7 +248,7 @@ class Controller:
         self._teardown()
         reason = self.restart_reason
         self.restart_reason = None
-        self.recovery_started = self.clock()
+        self.watchdog.restart_began(self.clock())
         if reason == "preemption":
             self.preemptions += 1
             self.notice = None
@@ -282,14 +276,18 @@ class Controller:
                 self.history.append(report.metrics)
         if poll.reports:
             self.progress.on_reports(poll.reports)
-            self._last_progress = now
+            self.watchdog.on_activity(now)
         if poll.step is not None:
             self.status.workers[poll.rank]["last_step"] = poll.step
-            if poll.step != self._last_step and poll.rank == 0:
-                self._last_step = poll.step
-                self._last_progress = now
+            if poll.rank == 0 and poll.step != self.watchdog.last_step:
                 self.status.last_step = poll.step
-                self._note_resumed(poll.step, now)
+                took = self.watchdog.on_step(poll.step, now)
+                if took is not None:
+                    self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
+                    self.status.resumed_at.append(time.time())
+                    self.progress.message(
+                        f"resumed at step {poll.step}, {took:.1f} s after the restart began"
+                    )
                 if self.use_standbys and not self._standbys_asked:
                     # Spares start importing TF now that training runs, not during start-up.
                     self._standbys_asked = True
@@ -318,25 +316,6 @@ class Controller:
         if draining:
             self._on_notice(f"node {sorted(draining)[0][:12]} is draining")
             self.group.request_checkpoint("termination")
-
-    def _note_resumed(self, step: int, now: float) -> None:
-        if self.recovery_started is not None and step > self.restored_step:
-            took = now - self.recovery_started
-            self.recoveries_s.append(took)
-            self.status.recoveries_s = [round(r, 3) for r in self.recoveries_s]
-            self.status.resumed_at.append(time.time())
-            self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
-            self.recovery_started = None
-
-    def _watchdog(self, now: float) -> WorkerHangError | None:
-        timeout = self.run_config.failure_config.hang_timeout_s
-        if now - self._last_progress < timeout:
-            return None
-        silent = self.group.silent_ranks(timeout)
-        detail = f"no progress for {now - self._last_progress:.0f} s (hang_timeout_s={timeout:g})"
-        if silent:
-            detail += f"; ranks {silent} stopped answering"
-        return WorkerHangError(detail)
 
     # -- failure ----------------------------------------------------------------
     def _on_failure(self, cause: BaseException) -> State:
@@ -367,19 +346,7 @@ class Controller:
 
     def _record_workers(self, state: str) -> None:
         assert self.group is not None
-        self.status.workers = [
-            {
-                "rank": info.rank,
-                "node_ip": info.node_ip,
-                "node_id": info.node_id,
-                "pid": info.pid,
-                "port": info.port,
-                "gpu_ids": list(info.gpu_ids),
-                "state": state,
-                "last_step": None,
-            }
-            for info in self.group.infos
-        ]
+        self.status.set_workers(self.group.infos, state)
 
     def _save(self, state: State) -> None:
         self.status.state = state.value
@@ -411,7 +378,7 @@ class Controller:
             checkpoint=latest.path if latest else None,
             error=self.error,
             failures=[f.describe() for f in self.failures],
-            recoveries_s=list(self.recoveries_s),
+            recoveries_s=list(self.watchdog.recoveries_s),
             preemptions=self.preemptions,
         )
         if state is State.FINISHED:
@@ -422,12 +389,7 @@ class Controller:
             return result
         err = self.error
         self.progress.finish(f"failed after {elapsed:.1f} s: {err}")
-        message = f"training failed: {err}"
-        if len(self.failures) > 1 or (self.failures and self.failures[-1].cause is not err):
-            listed = "\n".join(f"  {f.describe()}" for f in self.failures)
-            message += f"\n\nfailures ({len(self.failures)}):\n{listed}"
-        if isinstance(err, WorkerError):
-            message += f"\n\nTraceback from rank {err.rank}:\n{err.traceback_text}"
+        message = failure_message(err, self.failures)
         failure = TrainingFailedError(message, [f.cause for f in self.failures] or [err])
         failure.result = result  # type: ignore[attr-defined]
         raise failure from err

@@ -102,3 +102,14 @@ class FailurePolicy:
         if self.config.max_failures == -1 or failures_so_far <= self.config.max_failures:
             return Decision.RETRY
         return Decision.RAISE
+
+
+def failure_message(error: BaseException, failures: list[Failure]) -> str:
+    """What the driver raises: the final cause, every failure before it, the rank's traceback."""
+    message = f"training failed: {error}"
+    if len(failures) > 1 or (failures and failures[-1].cause is not error):
+        listed = "\n".join(f"  {f.describe()}" for f in failures)
+        message += f"\n\nfailures ({len(failures)}):\n{listed}"
+    if isinstance(error, WorkerError):
+        message += f"\n\nTraceback from rank {error.rank}:\n{error.traceback_text}"
+    return message

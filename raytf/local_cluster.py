@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 READY_MARKER = "Ray runtime started"
+WORKER_PORT_BASE = 20000
+WORKER_PORTS_PER_NODE = 400  # up to 32 nodes below 32768
 START_TIMEOUT_S = float(os.environ.get("RAYTF_NODE_START_TIMEOUT_S", "90"))
 
 
@@ -103,11 +105,15 @@ class LocalCluster:
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> str:
-        self.port = _free_port("127.0.0.2")
-        self.dashboard_port = _free_port("127.0.0.2")
-        self._start_node(head=True, cpus=self.head_cpus, gpus=self.head_gpus)
-        for _ in range(self.num_nodes):
-            self.add_node()
+        try:
+            self.port = _free_port("127.0.0.2")
+            self.dashboard_port = _free_port("127.0.0.2")
+            self._start_node(head=True, cpus=self.head_cpus, gpus=self.head_gpus)
+            for _ in range(self.num_nodes):
+                self.add_node()
+        except BaseException:
+            self.stop()  # never leave half a cluster running
+            raise
         return self.address
 
     def add_node(self, cpus: int | None = None, gpus: int | None = None) -> LocalNode:
@@ -128,7 +134,8 @@ class LocalCluster:
             "--metrics-export-port": _free_port(ip),
             "--runtime-env-agent-port": _free_port(ip),
         }
-        lo = 30000 + 1000 * (index % 30)
+        # Worker ports below Linux's ephemeral range (32768+), where _free_port's picks land.
+        lo = WORKER_PORT_BASE + WORKER_PORTS_PER_NODE * index
         cmd = [
             _ray_executable(),
             "start",
@@ -137,7 +144,7 @@ class LocalCluster:
             f"--num-cpus={cpus}",
             f"--num-gpus={gpus}",
             f"--min-worker-port={lo}",
-            f"--max-worker-port={lo + 999}",
+            f"--max-worker-port={lo + WORKER_PORTS_PER_NODE - 1}",
             *[f"{k}={v}" for k, v in ports.items()],
         ]
         if head:
@@ -192,7 +199,7 @@ class LocalCluster:
         for node in reversed(self.nodes):
             if node.alive:
                 node.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 5
         for node in reversed(self.nodes):
             try:
                 node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))

@@ -36,6 +36,22 @@ class RunState:
     preemptions: int = 0
     updated: float = 0.0
 
+    def set_workers(self, infos: list, state: str) -> None:
+        """One entry per rank: where it runs, so operators (and tests) can find it."""
+        self.workers = [
+            {
+                "rank": info.rank,
+                "node_ip": info.node_ip,
+                "node_id": info.node_id,
+                "pid": info.pid,
+                "port": info.port,
+                "gpu_ids": list(info.gpu_ids),
+                "state": state,
+                "last_step": None,
+            }
+            for info in infos
+        ]
+
     def save(self, storage: Storage) -> None:
         self.updated = time.time()
         storage.write_json_atomic(asdict(self), STATE_FILE)

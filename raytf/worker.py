@@ -160,7 +160,7 @@ class RaytfWorker:
         """Start the user's loop on the TF thread and return at once.
 
         ``ckpt`` holds the checkpoint settings: ``dir`` (relative to the run),
-        ``every_steps``, ``restore_url`` (None for a fresh start) and ``async_save``.
+        ``every_steps`` and ``restore_url`` (None for a fresh start).
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
@@ -172,7 +172,6 @@ class RaytfWorker:
             strategy=self._strategy,
             every_steps=ckpt.get("every_steps"),
             restore_url=ckpt.get("restore_url"),
-            async_save=bool(ckpt.get("async_save")),
             on_part=self._buffer.put,
         )
         self._checkpointer.start_watchers()
@@ -192,10 +191,7 @@ class RaytfWorker:
 
     def _guarded(self, fn, config):
         try:
-            value = _call_user_fn(fn, config)
-            if self._checkpointer is not None:
-                self._checkpointer.wait()  # the last save is reported before FINISHED
-            return FINISHED, value
+            return FINISHED, _call_user_fn(fn, config)
         except CheckpointRestoreError as exc:
             return FAILED, exc  # the driver falls back to an older checkpoint
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means

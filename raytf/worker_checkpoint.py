@@ -89,7 +89,6 @@ class WorkerCheckpointer:
         strategy,
         every_steps: int | None,
         restore_url: str | None,
-        async_save: bool,
         on_part: Callable[[CheckpointPart], None],
     ):
         self.storage = storage
@@ -99,7 +98,6 @@ class WorkerCheckpointer:
         self.strategy = strategy
         self.every_steps = every_steps
         self.restore_url = restore_url
-        self.async_save = async_save
         self.on_part = on_part
         self.ckpt = None
         self._step_var = None
@@ -108,7 +106,6 @@ class WorkerCheckpointer:
         self._target: tuple[int, str] | None = None  # agreed (step, reason)
         self._round = 0
         self.notice: str | None = None  # a termination notice seen anywhere in the group
-        self._inflight: threading.Thread | None = None
 
     # -- set-up ---------------------------------------------------------------
     def start_watchers(self) -> None:
@@ -212,41 +209,22 @@ class WorkerCheckpointer:
 
     # -- saving -------------------------------------------------------------------
     def _save(self, step: int, reason: str) -> None:
-        """Write this rank's part of the checkpoint at ``step`` and report it.
-
-        With ``async_save`` TF copies the values and writes in the background; the
-        part is reported (and the scratch cleaned) from a helper thread once the
-        files are on disk, so the loop only pays for the copy.
-        """
-        import tensorflow as tf
-
+        """Write this rank's part of the checkpoint at ``step`` and report it."""
         t0 = time.monotonic()
-        self.wait()  # one save in flight at a time
         self._step_var.assign(step)
         dirname = f"step_{step:09d}"
         real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
         staging = real or tempfile.mkdtemp(prefix="raytf-save-")
         scratch = staging if self.rank == 0 else tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
         os.makedirs(staging, exist_ok=True)
-        options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=self.async_save)
-        self.ckpt.write(os.path.join(scratch, TF_PREFIX), options=options)
-        rng = json.dumps(_rng_state()).encode()  # the state at this step, not at upload
-        args = (step, reason, dirname, staging, scratch, rng, t0)
-        if self.async_save:
-            self._inflight = threading.Thread(target=self._finish, args=args, daemon=True)
-            self._inflight.start()
-        else:
-            self._finish(*args)
-
-    def _finish(self, step, reason, dirname, staging, scratch, rng, t0) -> None:
-        if self.async_save:
-            self.ckpt.sync()
+        self.ckpt.write(os.path.join(scratch, TF_PREFIX))
         files = {}
         if self.rank == 0:
             files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
         else:
             shutil.rmtree(scratch, ignore_errors=True)
         state_name = f"state_rank{self.rank}.json"
+        rng = json.dumps(_rng_state()).encode()
         with open(os.path.join(staging, state_name), "wb") as f:
             f.write(rng)
         files[state_name] = len(rng)
@@ -256,9 +234,3 @@ class WorkerCheckpointer:
         took = time.monotonic() - t0
         self.on_part(CheckpointPart(self.rank, step, files, took, reason))
         logger.info("rank %d saved step %d (%s) in %.3f s", self.rank, step, reason, took)
-
-    def wait(self) -> None:
-        """Block until an asynchronous save in flight has been reported."""
-        if self._inflight is not None:
-            self._inflight.join()
-            self._inflight = None

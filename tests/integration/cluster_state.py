@@ -6,11 +6,10 @@ import ray
 def alive_raytf_actors() -> list:
     from ray.util.state import list_actors
 
-    return [
-        a
-        for a in list_actors(filters=[("class_name", "=", "RaytfWorker")], limit=1000)
-        if a.state != "DEAD"
-    ]
+    # Name the cluster: other Ray instances on the machine must not confuse the lookup.
+    address = ray.get_runtime_context().gcs_address
+    actors = list_actors(address=address, filters=[("class_name", "=", "RaytfWorker")], limit=1000)
+    return [a for a in actors if a.state != "DEAD"]
 
 
 def live_raytf_placement_groups() -> list:

@@ -30,6 +30,26 @@ def run_job(storage, name, env, *extra):
     return JobRun(storage, name, *FAULT_ARGS, *extra, env=env).start()
 
 
+def faulty_run(storage, name, env, extra, faults):
+    """Run the job and send each fault (step, attempt, rank, signal) when the run gets there."""
+    run = run_job(storage, name, env, *extra)
+    stopped = []
+    try:
+        for step, attempt, rank, sig in faults:
+            pid = run.signal_worker(rank, sig, run.wait_for(step=step, attempt=attempt))
+            if sig == signal.SIGSTOP:
+                stopped.append(pid)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+        for pid in stopped:  # raytf killed it already; never leave a stopped process behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return run, rc, summary
+
+
 def assert_same_result(summary, reference):
     assert summary["steps"] == reference["steps"]
     assert summary["digests_agree"]
@@ -49,13 +69,8 @@ def manifests(run_dir):
 
 
 def test_sigkill_one_worker_resumes_exactly(reference, cluster_env, storage):
-    run = run_job(storage, "kill1", cluster_env, "--max-failures", "2")
-    try:
-        state = run.wait_for(step=70)
-        run.signal_worker(1, signal.SIGKILL, state)
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    faults = [(70, 1, 1, signal.SIGKILL)]
+    run, rc, summary = faulty_run(storage, "kill1", cluster_env, ["--max-failures", "2"], faults)
     assert rc == 0, run.output()[-3000:]
     assert summary["attempts"] == 2
     assert len(summary["failures"]) == 1 and "worker_died" in summary["failures"][0]
@@ -64,53 +79,38 @@ def test_sigkill_one_worker_resumes_exactly(reference, cluster_env, storage):
 
 
 def test_sigkill_twice_in_one_run(reference, cluster_env, storage):
-    run = run_job(storage, "kill2", cluster_env, "--max-failures", "3")
-    try:
-        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=45))
-        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=110, attempt=2))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    faults = [(45, 1, 0, signal.SIGKILL), (110, 2, 1, signal.SIGKILL)]
+    run, rc, summary = faulty_run(storage, "kill2", cluster_env, ["--max-failures", "3"], faults)
     assert rc == 0, run.output()[-3000:]
     assert summary["attempts"] == 3 and len(summary["failures"]) == 2
     assert_same_result(summary, reference)
 
 
 def test_hung_worker_is_detected_and_replaced(reference, cluster_env, storage):
-    # SIGSTOP: the process lives but answers nothing; TF's heartbeats or the watchdog notice.
-    run = run_job(storage, "hang", cluster_env, "--max-failures", "2", "--hang-timeout", "30")
-    stopped = None
-    try:
-        stopped = run.signal_worker(1, signal.SIGSTOP, run.wait_for(step=70))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
-        if stopped:
-            try:
-                os.kill(stopped, signal.SIGKILL)  # raytf killed it already; never leave one
-            except ProcessLookupError:
-                pass
+    # SIGSTOP: the process lives but answers nothing.
+    extra = ["--max-failures", "2", "--hang-timeout", "30"]
+    faults = [(70, 1, 1, signal.SIGSTOP)]
+    run, rc, summary = faulty_run(storage, "hang", cluster_env, extra, faults)
     assert rc == 0, run.output()[-3000:]
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    assert "hang" in summary["failures"][0] or "collective" in summary["failures"][0]
     assert_same_result(summary, reference)
 
 
 def test_sigterm_checkpoints_first_and_is_not_a_failure(reference, cluster_env, storage):
     # max_failures=0: a termination notice must not count as a failure.
-    run = run_job(storage, "term", cluster_env, "--max-failures", "0", "--keep", "100")
-    try:
-        state = run.wait_for(step=50)
-        run.signal_worker(1, signal.SIGTERM, state)
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    extra = ["--max-failures", "0", "--keep", "100"]
+    faults = [(50, 1, 1, signal.SIGTERM)]
+    run, rc, summary = faulty_run(storage, "term", cluster_env, extra, faults)
     assert rc == 0, run.output()[-3000:]
     assert summary["failures"] == [] and summary["preemptions"] == 1
     assert summary["attempts"] == 2
     assert_same_result(summary, reference)
     reasons = {m["step"]: m["reason"] for m in manifests(run.run_dir)}
     termination = [s for s, r in reasons.items() if r == "termination"]
-    assert termination and all(s % 20 for s in termination), reasons
+    assert len(termination) == 1, reasons
+    # The restart resumed from the checkpoint the notice asked for: nothing after it was lost.
+    assert f"resuming after step {termination[0]}" in run.output()
 
 
 def test_driver_killed_then_rerun_continues(reference, cluster_env, storage):
@@ -157,13 +157,8 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(reference, cluster_env
 
 
 def test_max_failures_exhausted_lists_every_cause(cluster_env, storage):
-    run = run_job(storage, "exhaust", cluster_env, "--max-failures", "1")
-    try:
-        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=30))
-        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=50, attempt=2))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    faults = [(30, 1, 1, signal.SIGKILL), (50, 2, 0, signal.SIGKILL)]
+    run, rc, summary = faulty_run(storage, "exhaust", cluster_env, ["--max-failures", "1"], faults)
     out = run.output()
     assert rc != 0 and summary is None
     assert "TrainingFailedError" in out and "failures (2)" in out

@@ -188,7 +188,7 @@ def test_dead_worker_restarts_the_whole_group_and_counts(tmp_path):
     ]  # fmt: skip
     assert [g.shut for g in FakeGroup.created] == [True, False]
     assert ctrl.pool.standbys == 2  # spares asked for once per attempt, after it ran
-    assert len(ctrl.recoveries_s) == 1
+    assert len(ctrl.watchdog.recoveries_s) == 1
 
 
 def test_second_failure_beyond_max_failures_lists_both(tmp_path):

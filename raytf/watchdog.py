@@ -1,0 +1,64 @@
+"""The driver's sense of progress: is the group moving, hung, or back after a restart?
+
+Pure bookkeeping on the driver's clock (tests pass a fake one). The
+controller feeds it steps and reports, and asks it whether to declare a hang
+and how long a recovery took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from raytf.config import FailureConfig
+from raytf.errors import WorkerHangError
+
+
+class Watchdog:
+    def __init__(self, config: FailureConfig, now: float):
+        self.config = config
+        self.last_progress = now
+        self.last_step: int | None = None
+        self._restart_began: float | None = None
+        self._restored_step = 0
+        self.recoveries_s: list[float] = []
+
+    def attempt_started(self, now: float, restored_step: int) -> None:
+        self.last_progress = now
+        self.last_step = None
+        self._restored_step = restored_step
+
+    def restart_began(self, now: float) -> None:
+        self._restart_began = now
+
+    def on_activity(self, now: float) -> None:
+        self.last_progress = now
+
+    def on_step(self, step: int, now: float) -> float | None:
+        """Rank 0 reached ``step``. Returns the recovery time if this is the first resumed step."""
+        if step == self.last_step:
+            return None
+        self.last_step = step
+        self.last_progress = now
+        if self._restart_began is not None and step > self._restored_step:
+            took = now - self._restart_began
+            self._restart_began = None
+            self.recoveries_s.append(took)
+            return took
+        return None
+
+    def check(
+        self, now: float, silent_ranks: Callable[[float], list[int]]
+    ) -> WorkerHangError | None:
+        """A hang, if any: a rank that stopped answering polls, or no progress at all."""
+        silent = silent_ranks(self.config.unresponsive_timeout_s)
+        if silent:
+            return WorkerHangError(
+                f"ranks {silent} answered no poll for {self.config.unresponsive_timeout_s:g} s "
+                "(stopped or deadlocked; unresponsive_timeout_s)"
+            )
+        if now - self.last_progress < self.config.hang_timeout_s:
+            return None
+        return WorkerHangError(
+            f"no progress for {now - self.last_progress:.0f} s "
+            f"(hang_timeout_s={self.config.hang_timeout_s:g})"
+        )
