@@ -104,7 +104,7 @@ class WorkerGroup:
             ray.get(refs)
         except RayTaskError as exc:
             raise UserCodeLoadError(
-                f"the workers could not load train_loop_per_worker: {_first_line(exc.cause)}. "
+                f"the workers could not start train_loop_per_worker: {_first_line(exc.cause)}. "
                 "Define it in the job script, or ship its module to the cluster "
                 "(runtime_env working_dir or py_modules)."
             ) from None

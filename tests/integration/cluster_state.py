@@ -1,5 +1,7 @@
 """What a test checks on the cluster after a run: nothing of raytf's may remain."""
 
+import time
+
 import ray
 
 
@@ -18,3 +20,15 @@ def live_raytf_placement_groups() -> list:
         for pg in ray.util.placement_group_table().values()
         if pg["name"].startswith("raytf:") and pg["state"] != "REMOVED"
     ]
+
+
+def assert_nothing_left(timeout_s: float = 10.0) -> None:
+    """No raytf actor or placement group remains. ray.kill is asynchronous, so allow the
+    cluster a few seconds to record the deaths it was told about."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        actors, pgs = alive_raytf_actors(), live_raytf_placement_groups()
+        if not actors and not pgs:
+            return
+        assert time.monotonic() < deadline, f"left behind: actors {actors}, groups {pgs}"
+        time.sleep(0.5)

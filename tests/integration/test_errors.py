@@ -6,7 +6,7 @@ import pytest
 
 import raytf
 
-from .cluster_state import alive_raytf_actors, live_raytf_placement_groups
+from .cluster_state import assert_nothing_left, live_raytf_placement_groups
 
 
 def failing_loop(config):
@@ -28,10 +28,16 @@ def failing_loop(config):
 
 
 def test_rank_error_reaches_driver_and_nothing_remains(ray_cluster, storage):
+    # Failures are allowed, but a bug in user code is raised, not retried.
     trainer = raytf.Trainer(
         failing_loop,
         scaling_config=raytf.ScalingConfig(num_workers=2),
-        run_config=raytf.RunConfig(name="err", storage_path=storage, verbose=0),
+        run_config=raytf.RunConfig(
+            name="err",
+            storage_path=storage,
+            verbose=0,
+            failure_config=raytf.FailureConfig(max_failures=2),
+        ),
     )
     with pytest.raises(raytf.TrainingFailedError) as info:
         trainer.fit()
@@ -41,8 +47,8 @@ def test_rank_error_reaches_driver_and_nothing_remains(ray_cluster, storage):
     assert 'raise ValueError(f"bad batch at step {i}")' in str(err)
     cause = err.causes[0]
     assert isinstance(cause, raytf.WorkerError) and cause.rank == 1
-    assert not alive_raytf_actors()
-    assert not live_raytf_placement_groups()
+    assert err.result.attempts == 1  # not retried
+    assert_nothing_left()
 
 
 def test_unsatisfiable_request_fails_fast_with_numbers(ray_cluster, storage):

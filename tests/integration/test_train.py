@@ -2,7 +2,7 @@
 
 import jobs.train_synthetic as train_synthetic
 
-from .cluster_state import alive_raytf_actors, live_raytf_placement_groups
+from .cluster_state import assert_nothing_left
 
 ARGS = ["--workers", "2", "--steps", "48", "--report-every", "8", "--seed", "7"]
 
@@ -40,5 +40,4 @@ def test_loss_history_streams_and_falls(ray_cluster, storage):
     assert [m["step"] for m in result.metrics_history] == list(range(4, 65, 4))
     assert losses[-1] < 0.6 * losses[0], losses
     assert result.metrics["accuracy"] > 0.6
-    assert not alive_raytf_actors()
-    assert not live_raytf_placement_groups()
+    assert_nothing_left()

@@ -37,3 +37,17 @@ def test_ipv6_gets_brackets_and_hostnames_do_not():
 def test_bad_layouts_are_refused(addrs, rank, match):
     with pytest.raises(ValueError, match=match):
         build_tf_config(addrs, rank)
+
+
+def test_port_clash_is_recognised_from_tf_errors():
+    from raytf.ports import is_port_clash, reserve_port
+
+    # What TF 2.21 raises when its gRPC server cannot bind (seen here with a taken port).
+    assert is_port_clash("UnknownError: Could not start gRPC server")
+    assert is_port_clash("Failed to add port to server: No address added out of total 1 resolved")
+    assert not is_port_clash("InvalidArgumentError: bad TF_CONFIG")
+    sock = reserve_port()
+    try:
+        assert sock.getsockname()[1] > 0
+    finally:
+        sock.close()
