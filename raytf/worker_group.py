@@ -54,6 +54,8 @@ class WorkerGroup:
         """Wire the actors into one MWMS. Raises PortClashError or WorkerSetupError."""
         t0 = time.monotonic()
         self.infos = self._get_all([a.reserve.remote() for a in self.actors], timeout_s, "start")
+        if [info.rank for info in self.infos] != list(range(len(self.actors))):
+            raise WorkerSetupError(f"workers report ranks {[i.rank for i in self.infos]}")
         logger.debug("ports reserved in %.3f s", time.monotonic() - t0)
         addresses = [(info.node_ip, info.port) for info in self.infos]
         impl = collective_implementation(self.scaling.use_gpu)

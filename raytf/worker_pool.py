@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 
 import ray
+from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raytf.config import ScalingConfig
-from raytf.errors import PlacementTimeoutError
+from raytf.errors import PlacementTimeoutError, WorkerSetupError
 from raytf.worker import RaytfWorker
 
 logger = logging.getLogger("raytf")
@@ -96,11 +97,14 @@ class WorkerPool:
         n = self.scaling.num_workers
         alive = self._live_standbys()
         out: list[tuple[object, bool]] = []
+        promotions = []
         for rank in range(n):
             standby = alive.pop(rank, None)
             gpu_ids = self.bundle_gpu_ids.get(rank)
             if standby is not None and (gpu_ids is not None or not self.scaling.use_gpu):
-                standby.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids or [])
+                promotions.append(
+                    standby.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids or [])
+                )
                 out.append((standby, True))
                 continue
             if standby is not None:
@@ -113,6 +117,14 @@ class WorkerPool:
             ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, WORKER_ENV)
             out.append((actor, False))
         self.standbys = {}
+        try:
+            # Workers run calls on two threads, in no fixed order: a promotion must be
+            # complete before the next call (reserve) asks the worker for its rank.
+            ray.get(promotions)
+        except RayActorError as exc:
+            for actor, _ in out:
+                kill_actor(actor)
+            raise WorkerSetupError(f"a standby died while being promoted: {exc}") from None
         return out
 
     def _live_standbys(self) -> dict[int, object]:

@@ -76,6 +76,8 @@ def test_sigkill_one_worker_resumes_exactly(reference, cluster_env, storage):
     assert len(summary["failures"]) == 1 and "worker_died" in summary["failures"][0]
     assert_same_result(summary, reference)
     assert len(summary["recoveries_s"]) == 1
+    # The second attempt ran on promoted standbys; status must show their ranks.
+    assert sorted(w["rank"] for w in run.state()["workers"]) == [0, 1]
 
 
 def test_sigkill_twice_in_one_run(reference, cluster_env, storage):
