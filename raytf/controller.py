@@ -352,12 +352,11 @@ class Controller:
         self.status.state = state.value
         self.status.attempt = self.attempt
         self.status.preemptions = self.preemptions
-        if state is not State.RUNNING or not self.status.updated:
-            if state.is_terminal or state is State.RESTARTING:
-                for worker in self.status.workers:
-                    worker["state"] = "finished" if state is State.FINISHED else "stopped"
-            self.status.save(self.storage)
-        elif time.time() - self.status.updated >= 1.0:
+        if state.is_terminal or state is State.RESTARTING:
+            for worker in self.status.workers:
+                worker["state"] = "finished" if state is State.FINISHED else "stopped"
+        # Every state change is written; while running, at most once a second.
+        if state is not State.RUNNING or time.time() - self.status.updated >= 1.0:
             self.status.save(self.storage)
 
     def _teardown(self) -> None:

@@ -108,7 +108,7 @@ class WorkerPool:
                 out.append((standby, True))
                 continue
             if standby is not None:
-                ray.kill(standby, no_restart=True)
+                kill_actor(standby)
             actor = self._actor_cls.options(
                 **actor_options(self.bundle),
                 max_restarts=0,
@@ -138,7 +138,7 @@ class WorkerPool:
                 ray.get(ref, timeout=0)
                 alive[i] = self.standbys[i]
             except Exception:  # noqa: BLE001 - dead or unreachable: replace it
-                ray.kill(self.standbys[i], no_restart=True)
+                kill_actor(self.standbys[i])
         return alive
 
     def add_standbys(self) -> None:
