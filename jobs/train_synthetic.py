@@ -14,37 +14,15 @@ the final weights, which is identical on every worker.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 
-import numpy as np
 import ray
 
 import raytf
-
-NUM_EXAMPLES = 8192
-NUM_FEATURES = 32
-NUM_CLASSES = 4
-
-
-def make_dataset(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian features, labels from a fixed random linear teacher: learnable, not trivial."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((NUM_EXAMPLES, NUM_FEATURES)).astype(np.float32)
-    teacher = rng.standard_normal((NUM_FEATURES, NUM_CLASSES)).astype(np.float32)
-    noise = 0.5 * rng.standard_normal((NUM_EXAMPLES, NUM_CLASSES)).astype(np.float32)
-    y = np.argmax(x @ teacher + noise, axis=1).astype(np.int32)
-    return x, y
-
-
-def weights_digest(variables) -> str:
-    """SHA-256 over the trainable weights in creation order: equal iff the models are."""
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(np.ascontiguousarray(v.numpy()).tobytes())
-    return h.hexdigest()
+from raytf.keras_loop import weights_digest
+from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset
 
 
 def train_loop(config: dict) -> dict:
@@ -131,7 +109,7 @@ def train_loop(config: dict) -> dict:
                 examples=(step - seen) * global_batch,
             )
             seen = step
-    return {"weights_digest": weights_digest(model.trainable_variables), "steps": steps}
+    return {"weights_digest": weights_digest(model.get_weights()), "steps": steps}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -183,20 +161,7 @@ def main(argv=None) -> dict:
     result = trainer.fit()
     if not connected_before:
         ray.shutdown()  # no worker output may follow the JSON line below
-    digests = {r["weights_digest"] for r in result.worker_results}
-    summary = {
-        "final_metrics": result.metrics,
-        "steps": result.worker_results[0]["steps"],
-        "attempts": result.attempts,
-        "failures": result.failures,
-        "preemptions": result.preemptions,
-        "recoveries_s": [round(r, 2) for r in result.recoveries_s],
-        "checkpoint": result.checkpoint,
-        "elapsed_s": round(time.monotonic() - t0, 3),
-        "weights_digest": result.worker_results[0]["weights_digest"],
-        "digests_agree": len(digests) == 1,
-        "run_dir": result.path,
-    }
+    summary = result.summary(time.monotonic() - t0)
     print(json.dumps(summary, sort_keys=True), flush=True)
     return summary
 

@@ -12,7 +12,9 @@ from raytf.errors import (
     WorkerError,
     WorkerHangError,
 )
+from raytf.keras_trainer import KerasTrainer
 from raytf.result import Result
+from raytf.session import Session, SessionClosedError
 from raytf.trainer import Trainer
 
 __version__ = "0.1.0"
@@ -21,11 +23,14 @@ __all__ = [
     "CheckpointConfig",
     "ConfigError",
     "FailureConfig",
+    "KerasTrainer",
     "PlacementTimeoutError",
     "RaytfError",
     "Result",
     "RunConfig",
     "ScalingConfig",
+    "Session",
+    "SessionClosedError",
     "TrainContext",
     "Trainer",
     "TrainingFailedError",

@@ -7,6 +7,7 @@ drains by polling, so reporting costs the training loop nothing but a lock.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,13 +35,25 @@ class Report:
     time: float
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A worker's answer to one command of an interactive session."""
+
+    rank: int
+    command_id: int
+    value: Any
+
+
 @dataclass
 class _ReportBuffer:
-    """What the worker has to tell the driver since the last poll."""
+    """What the worker has to tell the driver since the last poll, and what it was told."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     items: list[Any] = field(default_factory=list)
     step: int | None = None
+    waiting: bool = False  # blocked on the next session command: idle, not hung
+    beats: int = 0  # work that is not a training step (evaluation) shows it is alive
+    commands: queue.Queue = field(default_factory=queue.Queue)
 
     def put(self, item: Any) -> None:
         with self.lock:
@@ -113,6 +126,38 @@ class TrainContext:
         if self._checkpointer is None:
             return 0
         return self._checkpointer.track(trackables)
+
+    def add_checkpoint_state(self, name: str, get: Any, set_: Any) -> None:
+        """Keep JSON-able per-rank state (``get()`` / ``set_(value)``) in every checkpoint.
+
+        For state TF's checkpoint does not hold, such as Keras metric
+        accumulators in mid-epoch. Call before ``restore``.
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.add_state(name, get, set_)
+
+    def checkpoint_now(self, step: int, reason: str = "session") -> None:
+        """Save at ``step`` now; every rank must call it at the same step."""
+        if self._checkpointer is None:
+            raise RuntimeError("checkpoints are not set up on this worker")
+        self._buffer.step = int(step)
+        self._checkpointer.save_now(int(step), reason)
+
+    def heartbeat(self) -> None:
+        """Tell the driver's watchdog this rank is busy between steps (e.g. evaluating)."""
+        self._buffer.beats += 1
+
+    def next_command(self) -> dict[str, Any]:
+        """Block until the driver's interactive session sends the next command."""
+        self._buffer.waiting = True
+        try:
+            return self._buffer.commands.get()
+        finally:
+            self._buffer.waiting = False
+
+    def reply(self, command_id: int, value: Any) -> None:
+        """Answer one session command; the driver waits for every rank's answer."""
+        self._buffer.put(Reply(self.rank, int(command_id), value))
 
     def step_end(self, step: int) -> None:
         """Call after every training step with the global step just finished.

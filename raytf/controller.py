@@ -20,6 +20,7 @@ import enum
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from raytf.checkpoint_coordinator import CheckpointCoordinator
@@ -120,6 +121,9 @@ class Controller:
         self.started = self.clock()
         self.watchdog = Watchdog(run_config.failure_config, self.started)
         self._last_drain_check = 0.0
+        # An interactive session listens here for the workers' answers to its commands.
+        self.on_reply: Callable[[Any], None] | None = None
+        self._beats: dict[int, int] = {}
 
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
@@ -277,6 +281,10 @@ class Controller:
         if poll.reports:
             self.progress.on_reports(poll.reports)
             self.watchdog.on_activity(now)
+        if poll.waiting or poll.beats != self._beats.get(poll.rank):
+            # A session between commands is idle, an evaluation busy: neither is hung.
+            self._beats[poll.rank] = poll.beats
+            self.watchdog.on_activity(now)
         if poll.step is not None:
             self.status.workers[poll.rank]["last_step"] = poll.step
             if poll.rank == 0 and poll.step != self.watchdog.last_step:
@@ -301,6 +309,10 @@ class Controller:
                 self.restart_reason = "preemption"
         if poll.notice and not self.notice:
             self._on_notice(poll.notice)
+        # Last: a session that asked for a checkpoint finds it committed when the answer comes.
+        if poll.replies and self.on_reply is not None:
+            for reply in poll.replies:
+                self.on_reply(reply)
 
     def _on_notice(self, notice: str) -> None:
         self.notice = notice

@@ -75,8 +75,11 @@ class Progress:
         parts += [
             f"{k} {_fmt(v)}"
             for k, v in m.items()
-            if k not in _SHOWN_FIRST and k != "step" and isinstance(v, (int, float))
-        ][:3]
+            if k not in _SHOWN_FIRST
+            and k != "step"
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        ][:4]
         rate = self.examples_per_s()
         if rate is not None:
             parts.append(f"{rate:,.0f} ex/s")

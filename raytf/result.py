@@ -6,6 +6,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def history_from_reports(reports: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Keras's ``History.history``: one list per metric, one entry per finished epoch."""
+    history: dict[str, list[Any]] = {}
+    for report in reports:
+        if not report.get("epoch_end"):
+            continue
+        for key, value in report.items():
+            if key not in ("epoch_end", "step", "epoch"):
+                history.setdefault(key, []).append(value)
+    return history
+
+
 @dataclass
 class Result:
     """The outcome of a run.
@@ -31,3 +43,35 @@ class Result:
     failures: list[str] = field(default_factory=list)
     recoveries_s: list[float] = field(default_factory=list)
     preemptions: int = 0
+    # KerasTrainer only: the chief's final weights.
+    weights: list[Any] | None = None
+
+    @property
+    def history(self) -> dict[str, list[Any]]:
+        """Keras's ``History.history`` from rank 0's epoch-end reports (``epoch_end: True``)."""
+        return history_from_reports(self.metrics_history)
+
+    def summary(self, elapsed_s: float) -> dict[str, Any]:
+        """The example jobs' last line: what a script or a test needs to judge the run.
+
+        Expects each rank's return value to hold ``weights_digest`` and ``steps``
+        (the jobs return them), so ``digests_agree`` says every worker ended alike.
+        """
+        ranks = [r for r in self.worker_results if isinstance(r, dict)]
+        digests = {r.get("weights_digest") for r in ranks}
+        out = {
+            "final_metrics": self.metrics,
+            "steps": ranks[0].get("steps") if ranks else None,
+            "attempts": self.attempts,
+            "failures": self.failures,
+            "preemptions": self.preemptions,
+            "recoveries_s": [round(r, 2) for r in self.recoveries_s],
+            "checkpoint": self.checkpoint,
+            "elapsed_s": round(elapsed_s, 3),
+            "weights_digest": ranks[0].get("weights_digest") if ranks else None,
+            "digests_agree": len(digests) == 1 and None not in digests,
+            "run_dir": self.path,
+        }
+        if self.history:
+            out["history"] = self.history
+        return out

@@ -23,7 +23,7 @@ import ray
 from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
 from raytf.checkpoint import CheckpointPart
-from raytf.context import Report, TrainContext, _ReportBuffer, _set_context
+from raytf.context import Reply, Report, TrainContext, _ReportBuffer, _set_context
 from raytf.devices import cuda_visible_devices
 from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
 from raytf.ports import is_port_clash, reserve_port
@@ -56,6 +56,9 @@ class WorkerPoll:
     parts: list[CheckpointPart] = field(default_factory=list)
     step: int | None = None  # last step passed to step_end
     notice: str | None = None  # a termination notice seen by the group
+    replies: list[Reply] = field(default_factory=list)  # answers to session commands
+    waiting: bool = False  # idle until the next session command
+    beats: int = 0  # heartbeats from work between steps (evaluation)
     error: BaseException | None = None
     result: Any = None
 
@@ -203,6 +206,10 @@ class RaytfWorker:
         if self._checkpointer is not None:
             self._checkpointer.request(reason)
 
+    def command(self, command: dict) -> None:
+        """Queue one command of an interactive session for the user's loop."""
+        self._buffer.commands.put(command)
+
     def poll(self) -> WorkerPoll:
         done = self._run is not None and self._run.done()
         items = self._buffer.drain()  # after done(): nothing the loop reported is missed
@@ -217,6 +224,9 @@ class RaytfWorker:
             parts=[i for i in items if isinstance(i, CheckpointPart)],
             step=self._buffer.step,
             notice=notice,
+            replies=[i for i in items if isinstance(i, Reply)],
+            waiting=self._buffer.waiting,
+            beats=self._buffer.beats,
             error=value if state == FAILED else None,
             result=value if state == FINISHED else None,
         )

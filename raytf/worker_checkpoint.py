@@ -60,6 +60,13 @@ def _set_rng_state(doc: dict) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
 
 
+def _crossed(previous: int | None, step: int, every: int) -> bool:
+    """Did the steps after ``previous`` up to ``step`` pass a multiple of ``every``?"""
+    if previous is None or previous >= step:
+        return step % every == 0
+    return step // every > previous // every
+
+
 def _kv():
     from tensorflow.python.eager import context
 
@@ -105,6 +112,8 @@ class WorkerCheckpointer:
         self._pending_reason: str | None = None  # chief: a save was asked for
         self._target: tuple[int, str] | None = None  # agreed (step, reason)
         self._round = 0
+        self._last_step: int | None = None  # the previous step_end, for interval crossings
+        self._extra: dict[str, tuple[Callable[[], object], Callable[[object], None]]] = {}
         self.notice: str | None = None  # a termination notice seen anywhere in the group
 
     # -- set-up ---------------------------------------------------------------
@@ -112,6 +121,12 @@ class WorkerCheckpointer:
         threading.Thread(target=self._watch_notice, daemon=True, name="raytf-notice").start()
         if self.rank != 0:
             threading.Thread(target=self._watch_requests, daemon=True, name="raytf-ckpt").start()
+
+    def add_state(self, name: str, get: Callable[[], object], set_: Callable[[object], None]):
+        """Per-rank state outside TF's checkpoint (JSON-able), e.g. Keras metric accumulators."""
+        if self.ckpt is not None:
+            raise RuntimeError("add state before restore(): restoring applies it")
+        self._extra[name] = (get, set_)
 
     def track(self, trackables: dict) -> int:
         """Register what a checkpoint holds; restore it if the run resumes. Returns the step."""
@@ -121,6 +136,7 @@ class WorkerCheckpointer:
             raise RuntimeError("restore() was already called in this worker")
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="raytf_step")
         self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
+        self._last_step = 0
         if self.restore_url is None:
             return 0
         t0 = time.monotonic()
@@ -131,13 +147,18 @@ class WorkerCheckpointer:
             state_file = os.path.join(local_dir, f"state_rank{self.rank}.json")
             if os.path.exists(state_file):
                 with open(state_file) as f:
-                    _set_rng_state(json.load(f))
+                    doc = json.load(f)
+                _set_rng_state(doc)
+                for name, value in doc.get("extra", {}).items():
+                    if name in self._extra:
+                        self._extra[name][1](value)
         except Exception as exc:  # noqa: BLE001 - any failure means this checkpoint is unusable
             raise CheckpointRestoreError(self.restore_url, f"{type(exc).__name__}: {exc}") from exc
         finally:
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
         step = int(self._step_var.numpy())
+        self._last_step = step
         logger.info("rank %d restored step %d in %.3f s", self.rank, step, time.monotonic() - t0)
         return step
 
@@ -156,11 +177,13 @@ class WorkerCheckpointer:
         reason = None
         with self._lock:
             if self._target is not None and self._target[0] <= step:
-                if self._target[0] == step:
-                    reason = self._target[1]  # every rank has the same target and reason
+                # The first boundary at or after the target: every rank calls step_end at
+                # the same steps (one per step, or one per multi-step call), so they agree.
+                reason = self._target[1]
                 self._target = None
             pending = self._pending_reason if self.rank == 0 else None
-        if reason is None and self.every_steps and step % self.every_steps == 0:
+        previous, self._last_step = self._last_step, step
+        if reason is None and self.every_steps and _crossed(previous, step, self.every_steps):
             reason = "interval"
         if reason:
             self._save(step, reason)
@@ -208,6 +231,13 @@ class WorkerCheckpointer:
             self.request("termination")
 
     # -- saving -------------------------------------------------------------------
+    def save_now(self, step: int, reason: str) -> None:
+        """Save at ``step`` at once; every rank must call it at the same step (a session)."""
+        if self.ckpt is None:
+            raise RuntimeError("nothing to save: call restore(model=..., ...) first")
+        self._last_step = step
+        self._save(step, reason)
+
     def _save(self, step: int, reason: str) -> None:
         """Write this rank's part of the checkpoint at ``step`` and report it."""
         t0 = time.monotonic()
@@ -224,7 +254,9 @@ class WorkerCheckpointer:
         else:
             shutil.rmtree(scratch, ignore_errors=True)
         state_name = f"state_rank{self.rank}.json"
-        rng = json.dumps(_rng_state()).encode()
+        doc = _rng_state()
+        doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
+        rng = json.dumps(doc).encode()
         with open(os.path.join(staging, state_name), "wb") as f:
             f.write(rng)
         files[state_name] = len(rng)

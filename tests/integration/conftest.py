@@ -9,7 +9,10 @@ import pytest
 import ray
 from ray import cloudpickle
 
+import jobs.train_digits as train_digits
+import jobs.train_keras as train_keras
 import jobs.train_synthetic as train_synthetic
+import jobs.train_tf_keras as train_tf_keras
 
 
 def _free_port() -> int:
@@ -21,7 +24,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def ray_cluster():
     # Workers import this module's functions by value: they need not find jobs/ on sys.path.
-    cloudpickle.register_pickle_by_value(train_synthetic)
+    for module in (train_synthetic, train_keras, train_tf_keras, train_digits):
+        cloudpickle.register_pickle_by_value(module)
     temp_dir = tempfile.mkdtemp(prefix="rtt-", dir="/tmp")
     ray.init(
         num_cpus=4,

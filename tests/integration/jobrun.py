@@ -12,6 +12,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")
+KERAS_JOB = os.path.join(ROOT, "jobs", "train_keras.py")
 
 # Small but long enough to hit mid-run: 160 steps of ~35 ms, a checkpoint every 20.
 FAULT_ARGS = ["--workers", "2", "--steps", "160", "--seed", "3", "--checkpoint-every", "20"]
@@ -19,9 +20,11 @@ FAULT_ARGS += ["--step-sleep", "0.03", "--report-every", "4"]
 
 
 class JobRun:
-    def __init__(self, storage: str, name: str, *args: str, env: dict | None = None):
+    def __init__(
+        self, storage: str, name: str, *args: str, env: dict | None = None, job: str = JOB
+    ):
         self.run_dir = os.path.join(storage, name)
-        self.cmd = [sys.executable, JOB, "--storage", storage, "--name", name, *args]
+        self.cmd = [sys.executable, job, "--storage", storage, "--name", name, *args]
         self.env = dict(os.environ, **(env or {}))
         self.out_path = os.path.join(storage, f"{name}.out")
         self.err_path = os.path.join(storage, f"{name}.err")

@@ -1,0 +1,128 @@
+"""``raytf.KerasTrainer``: Keras 3 compile-and-fit across a cluster.
+
+The single-machine idiom moves over with few changes::
+
+    # one machine                               # raytf, N workers
+    strategy = tf.distribute.MirroredStrategy()  def build_model():
+    with strategy.scope():                           model = make_model()
+        model = make_model()                         model.compile(...)
+        model.compile(...)                           return model
+    model.fit(dataset, epochs=5)                 raytf.KerasTrainer(build_model, dataset_fn,
+                                                     global_batch_size=64, epochs=5,
+                                                     scaling_config=ScalingConfig(num_workers=N),
+                                                 ).fit().history
+
+raytf calls ``build_model`` inside ``strategy.scope()`` on every worker and
+runs the loop of ``keras_loop``; this module checks the options on the
+driver, where a mistake costs nothing, and turns rank 0's epoch reports into
+a History-like dict.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from raytf.batching import per_replica_batch
+from raytf.config import RunConfig, ScalingConfig
+from raytf.errors import ConfigError
+from raytf.keras_callbacks import check_callbacks
+from raytf.keras_loop import FitSpec, run_fit
+from raytf.keras_steps import check_step_mode
+from raytf.result import Result
+from raytf.trainer import Trainer
+
+
+def check_fit_options(spec: FitSpec, num_replicas: int | None) -> None:
+    """Driver-side checks, before any worker starts."""
+    for name in ("build_model", "dataset_fn"):
+        if not callable(getattr(spec, name)):
+            raise ConfigError(f"{name} = {getattr(spec, name)!r}: must be a function")
+    if spec.validation_fn is not None and not callable(spec.validation_fn):
+        raise ConfigError(f"validation_fn = {spec.validation_fn!r}: must be a function or None")
+    per_replica_batch(spec.global_batch_size, num_replicas or 1)
+    for name in ("epochs", "report_every"):
+        value = getattr(spec, name)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} = {value!r}: must be a positive int")
+    for name in ("steps_per_epoch", "validation_steps"):
+        value = getattr(spec, name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name} = {value!r}: must be a positive int or None")
+    check_step_mode(spec.step_mode, spec.steps_per_call)
+    if not isinstance(spec.callbacks, (list, tuple)):
+        raise ConfigError(f"callbacks = {spec.callbacks!r}: must be a list")
+    check_callbacks(list(spec.callbacks))
+
+
+def known_replicas(scaling: ScalingConfig) -> int | None:
+    """Replicas in sync, where the driver can know them: one per worker, or per GPU."""
+    if scaling.use_gpu:
+        return scaling.num_workers * max(1, scaling.gpus_per_worker)
+    return scaling.num_workers
+
+
+class KerasTrainer:
+    """Train a compiled Keras 3 model on ``num_workers`` MWMS workers, like ``model.fit``.
+
+    ``build_model([config])`` builds and compiles the model (called inside
+    ``strategy.scope()``). ``dataset_fn(input_context[, config])`` returns this
+    worker's ``tf.data.Dataset`` of per-replica batches: shard by
+    ``input_context.input_pipeline_id``, batch by
+    ``input_context.get_per_replica_batch_size(global_batch_size)`` with
+    ``drop_remainder=True``, keep it deterministic (seeded shuffles) so a
+    resume can find its place. ``steps_per_epoch`` defaults to one pass over
+    the shard. ``validation_fn`` works the same way and gives ``val_*``
+    metrics at each epoch end. Metrics are global: every worker's examples.
+    """
+
+    def __init__(
+        self,
+        build_model: Callable[..., Any],
+        dataset_fn: Callable[..., Any],
+        *,
+        global_batch_size: int,
+        epochs: int = 1,
+        steps_per_epoch: int | None = None,
+        validation_fn: Callable[..., Any] | None = None,
+        validation_steps: int | None = None,
+        callbacks: list[Any] | None = None,
+        step_mode: str = "compiled",
+        steps_per_call: int = 1,
+        report_every: int = 10,
+        return_weights: bool = True,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+    ):
+        self.spec = FitSpec(
+            build_model=build_model,
+            dataset_fn=dataset_fn,
+            global_batch_size=global_batch_size,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_fn=validation_fn,
+            validation_steps=validation_steps,
+            callbacks=list(callbacks or []),
+            step_mode=step_mode,
+            steps_per_call=steps_per_call,
+            report_every=report_every,
+            return_weights=return_weights,
+        )
+        scaling = scaling_config or ScalingConfig()
+        check_fit_options(self.spec, known_replicas(scaling))
+        self._trainer = Trainer(
+            functools.partial(run_fit, self.spec),
+            train_loop_config=train_loop_config,
+            scaling_config=scaling,
+            run_config=run_config,
+        )
+
+    def fit(self) -> Result:
+        """Train; the Result's ``history`` is Keras's ``History.history`` (per-epoch lists)."""
+        result = self._trainer.fit()
+        chief = result.worker_results[0] if result.worker_results else None
+        if isinstance(chief, dict) and "weights" in chief:
+            result.weights = chief.pop("weights")
+        return result

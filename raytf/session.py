@@ -1,0 +1,228 @@
+"""``raytf.Session``: drive a distributed Keras model one command at a time.
+
+Eager execution's promise, for a whole worker group: from a REPL or a
+notebook, open a group, run some steps, look at the metrics, evaluate, change
+the learning rate, checkpoint, run more, close::
+
+    with raytf.Session(build_model, dataset_fn, global_batch_size=128,
+                       validation_fn=val_fn,
+                       scaling_config=raytf.ScalingConfig(num_workers=2)) as s:
+        s.fit(steps=50)              # {'step': 50, 'loss': ..., 'accuracy': ...}
+        s.evaluate()                 # global metrics over the validation set
+        s.set_learning_rate(1e-4)
+        s.checkpoint()               # committed, like any raytf checkpoint
+        s.fit(steps=50)
+
+The driver's controller runs in a background thread, exactly as under
+``Trainer.fit`` (same placement, set-up, checkpoints, watchdog); the workers run
+``KerasWorkerRun.serve``, which executes each command on every rank in the same
+order, so collectives line up. A failure ends the session with the worker's
+error: an interactive group does not restart behind its user's back. Open a
+Session with the same ``RunConfig.name`` to continue from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from raytf.config import RunConfig, ScalingConfig
+from raytf.context import Reply
+from raytf.controller import Controller
+from raytf.errors import ConfigError, RaytfError
+from raytf.keras_loop import SESSION_ERROR_KEY, FitSpec, run_session
+from raytf.keras_trainer import check_fit_options, known_replicas
+from raytf.placement import check_satisfiable
+from raytf.progress import Progress
+from raytf.result import Result
+from raytf.trainer import alive_node_resources, ensure_ray
+
+
+class SessionClosedError(RaytfError):
+    """The session was closed, or its worker group ended."""
+
+
+class Session:
+    """An open MWMS worker group holding one compiled Keras model; see the module doc."""
+
+    def __init__(
+        self,
+        build_model: Callable[..., Any],
+        dataset_fn: Callable[..., Any],
+        *,
+        global_batch_size: int,
+        steps_per_epoch: int | None = None,
+        validation_fn: Callable[..., Any] | None = None,
+        validation_steps: int | None = None,
+        step_mode: str = "compiled",
+        steps_per_call: int = 1,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        open_timeout_s: float = 600.0,
+    ):
+        spec = FitSpec(
+            build_model=build_model,
+            dataset_fn=dataset_fn,
+            global_batch_size=global_batch_size,
+            steps_per_epoch=steps_per_epoch,
+            validation_fn=validation_fn,
+            validation_steps=validation_steps,
+            step_mode=step_mode,
+            steps_per_call=steps_per_call,
+        )
+        scaling = scaling_config or ScalingConfig()
+        run_config = run_config or RunConfig()
+        check_fit_options(spec, known_replicas(scaling))
+        if run_config.failure_config.max_failures != 0:
+            raise ConfigError(
+                "a Session does not restart its group on failure (its user would lose track of "
+                "the model's state): leave FailureConfig.max_failures at 0 and reopen the "
+                "Session with the same RunConfig.name to continue from its last checkpoint"
+            )
+        self.scaling = scaling
+        ensure_ray()
+        check_satisfiable(
+            scaling.worker_resources(),
+            scaling.num_workers,
+            scaling.placement_strategy,
+            alive_node_resources(),
+        )
+        progress = Progress(
+            verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
+        )
+        progress.message(f"session {run_config.name} in {run_config.run_dir}")
+        self._controller = Controller(
+            ray.put(functools.partial(run_session, spec)),
+            dict(train_loop_config or {}),
+            scaling,
+            run_config,
+            progress,
+        )
+        self._controller.on_reply = self._on_reply
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._replies: dict[int, dict[int, Any]] = {}
+        self._done = False
+        self._result: Result | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drive, name="raytf-session", daemon=True)
+        self._thread.start()
+        self.info = self._wait(0, open_timeout_s, "open")
+
+    # -- the controller's thread ------------------------------------------------
+    def _drive(self) -> None:
+        try:
+            self._result = self._controller.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._error = exc
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def _on_reply(self, reply: Reply) -> None:
+        with self._cond:
+            self._replies.setdefault(reply.command_id, {})[reply.rank] = reply.value
+            self._cond.notify_all()
+
+    # -- commands -----------------------------------------------------------------
+    def _wait(self, command_id: int, timeout_s: float | None, what: str) -> Any:
+        world = self.scaling.num_workers
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._done or len(self._replies.get(command_id, {})) == world,
+                timeout=timeout_s,
+            )
+            answers = self._replies.pop(command_id, {})
+        if len(answers) == world:
+            errors = {
+                r: v[SESSION_ERROR_KEY]
+                for r, v in answers.items()
+                if isinstance(v, dict) and SESSION_ERROR_KEY in v
+            }
+            if errors:
+                raise RaytfError(f"session: {what} failed: {errors[min(errors)]}")
+            return answers[0]
+        if self._error is not None:
+            raise self._error
+        if not ok:
+            raise TimeoutError(f"session: {what} got no answer from every rank in {timeout_s} s")
+        raise SessionClosedError(f"session: the worker group ended before {what} finished")
+
+    def _call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+        if self._done:
+            if self._error is not None:
+                raise SessionClosedError(f"session ended with an error: {self._error}")
+            raise SessionClosedError("session is closed")
+        group = self._controller.group
+        if group is None:
+            raise SessionClosedError("session has no worker group")
+        command_id = next(self._ids)
+        command = {"id": command_id, "op": op, "args": args}
+        for actor in group.actors:  # every rank runs every command, in the same order
+            actor.command.remote(command)
+        return self._wait(command_id, timeout_s, op)
+
+    def fit(self, steps: int) -> dict[str, float]:
+        """Run ``steps`` global training steps; global metrics over those steps."""
+        if not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"steps = {steps!r}: must be a positive int")
+        return self._call("fit", steps=steps)
+
+    def evaluate(self, steps: int | None = None) -> dict[str, float]:
+        """Global metrics over the validation data (one pass, or ``steps`` batches)."""
+        return self._call("evaluate", steps=steps)
+
+    def set_learning_rate(self, value: float) -> None:
+        """Set the optimizer's learning rate on every worker."""
+        self.info = self._call("set_learning_rate", value=float(value))
+
+    @property
+    def learning_rate(self) -> float:
+        return self._call("describe")["learning_rate"]
+
+    @property
+    def step(self) -> int:
+        return self._call("describe")["step"]
+
+    def weights_digest(self) -> str:
+        """SHA-256 of the model's weights on rank 0 (identical on every rank)."""
+        return self._call("describe")["weights_digest"]
+
+    def get_weights(self) -> list[Any]:
+        """The model's weights (rank 0's), as NumPy arrays on the driver."""
+        return self._call("get_weights")
+
+    def checkpoint(self) -> str:
+        """Checkpoint every rank at the current step; returns the committed directory."""
+        step = self._call("checkpoint")["step"]
+        latest = self._controller.ckpts.latest
+        if latest is None or latest.step != step:
+            raise RaytfError(f"session: checkpoint at step {step} was not committed")
+        return latest.path
+
+    def close(self) -> Result:
+        """End the group (the workers exit their loop) and return the run's Result."""
+        if not self._done:
+            self._call("close")
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if not self._done:
+            self.close()
+        else:
+            self._thread.join()
