@@ -22,6 +22,33 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from raytf.cluster_validate import validate_file
+
+    job = None
+    if args.job_resources:
+        try:
+            job = json.loads(args.job_resources)
+            assert isinstance(job, dict)
+        except (ValueError, AssertionError):
+            print(
+                f"raytf validate: --job-resources {args.job_resources!r}: "
+                'give a JSON object, e.g. \'{"GPU": 1, "CPU": 8}\'',
+                file=sys.stderr,
+            )
+            return 2
+    errors = 0
+    for path in args.files:
+        problems = validate_file(path, job)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        bad = [p for p in problems if not p.warning]
+        errors += len(bad)
+        if not bad:
+            print(f"{path}: ok")
+    return 2 if errors else 0
+
+
 def _version(_: argparse.Namespace) -> int:
     from raytf import __version__
 
@@ -35,6 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print a run's state as JSON")
     status.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
     status.set_defaults(func=_status)
+    validate = sub.add_parser(
+        "validate", help="check cluster YAML with Ray's own validator, then raytf's rules"
+    )
+    validate.add_argument("files", nargs="+", help="cluster-launcher YAML or KubeRay manifests")
+    validate.add_argument(
+        "--job-resources",
+        help='one worker\'s resources as JSON, e.g. \'{"GPU": 1, "CPU": 8}\'; a pool must fit it',
+    )
+    validate.set_defaults(func=_validate)
+    from raytf.local_cli import add_parser as add_local
+
+    add_local(sub)
     version = sub.add_parser("version", help="print raytf's version")
     version.set_defaults(func=_version)
     return parser

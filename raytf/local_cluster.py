@@ -41,24 +41,77 @@ def _ray_executable() -> str:
     return candidate if os.path.exists(candidate) else "ray"
 
 
+def _pid_alive(pid: int) -> bool:
+    """Running, and not a zombie (an orphaned node's parent may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
 @dataclass
 class LocalNode:
+    """One ``ray start --block`` process, the leader of its own session (pgid == pid)."""
+
     index: int
     ip: str
-    proc: subprocess.Popen
+    pid: int
     log_path: str
     resources: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None  # None for a node started by another process
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return _pid_alive(self.pid)
 
     def signal(self, sig: int) -> None:
         """Signal every process of this node (its session), not just ``ray start``."""
+        if self.proc is None and not self._still_ours():
+            return
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self.pid, sig)
         except ProcessLookupError:
             pass
+
+    def _still_ours(self) -> bool:
+        """A pid read from a state file may since belong to someone else: check its command."""
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            return True  # gone, or no /proc: killpg then finds nothing or only stragglers
+        return "start" in argv and f"--node-ip-address={self.ip}" in argv
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for ``ray start`` to exit; True if it did."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while self.alive:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "ip": self.ip,
+            "pid": self.pid,
+            "log_path": self.log_path,
+            "resources": self.resources,
+        }
 
 
 class LocalCluster:
@@ -75,6 +128,7 @@ class LocalCluster:
         temp_dir: str | None = None,
         auth_mode: str = "token",
         system_config: dict | None = None,
+        autoscaling_config: dict | None = None,
     ):
         self.num_nodes = num_nodes
         self.cpus_per_node = cpus_per_node
@@ -85,6 +139,10 @@ class LocalCluster:
         self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="rtl-", dir="/tmp")
         self.auth_mode = auth_mode
         self.system_config = system_config
+        # A fake_multinode autoscaling config: the head's autoscaler then adds and removes
+        # nodes as local processes (Ray's fake provider), inside the head's process session.
+        self.autoscaling_config = autoscaling_config
+        self.autoscaling_config_path: str | None = None
         self.nodes: list[LocalNode] = []
         self.port = 0
         self.dashboard_port = 0
@@ -158,19 +216,35 @@ class LocalCluster:
             ]
             if self.system_config:
                 cmd.append(f"--system-config={json.dumps(self.system_config)}")
+            if self.autoscaling_config is not None:
+                cmd.append(f"--autoscaling-config={self._write_autoscaling_config()}")
         else:
             cmd += [f"--address={self.address}"]
         env = dict(os.environ, RAY_AUTH_MODE=self.auth_mode)
         env.pop("RAY_ADDRESS", None)
+        if head and self.autoscaling_config is not None:
+            env["RAY_FAKE_CLUSTER"] = "1"  # Ray's fake provider refuses to run without it
         log_path = os.path.join(self.temp_dir, f"node-{index}.log")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        node = LocalNode(index, ip, proc, log_path, {"CPU": cpus, "GPU": gpus})
+        node = LocalNode(index, ip, proc.pid, log_path, {"CPU": cpus, "GPU": gpus}, proc)
         self.nodes.append(node)
         self._wait_ready(node)
         return node
+
+    def _write_autoscaling_config(self) -> str:
+        import yaml
+
+        config = json.loads(json.dumps(self.autoscaling_config))
+        # The fake provider's nodes join this head, not the default 127.0.0.1:6379.
+        config.setdefault("provider", {})["gcs_address"] = self.address
+        path = os.path.join(self.temp_dir, "autoscaling.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        self.autoscaling_config_path = path
+        return path
 
     def _wait_ready(self, node: LocalNode) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -188,11 +262,9 @@ class LocalCluster:
         """End one node abruptly, as a lost machine would (SIGKILL by default)."""
         node = self.nodes[index]
         node.signal(sig)
-        try:
-            node.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if not node.wait(30):
             node.signal(signal.SIGKILL)
-            node.proc.wait(timeout=30)
+            node.wait(30)
 
     def stop(self) -> None:
         """Stop worker nodes first, then the head; SIGKILL whatever lingers."""
@@ -201,15 +273,31 @@ class LocalCluster:
                 node.signal(signal.SIGTERM)
         deadline = time.monotonic() + 5
         for node in reversed(self.nodes):
-            try:
-                node.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            node.wait(max(0.1, deadline - time.monotonic()))
             node.signal(signal.SIGKILL)  # stragglers in the session (workers, agents)
-            if node.alive:
-                node.proc.wait(timeout=10)
+            node.wait(10)
         if self._own_temp:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    # -- a cluster that outlives the process that started it (``raytf local``) ----------
+    def to_dict(self) -> dict:
+        return {
+            "port": self.port,
+            "dashboard_port": self.dashboard_port,
+            "temp_dir": self.temp_dir,
+            "auth_mode": self.auth_mode,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> LocalCluster:
+        """The cluster another process started and described with ``to_dict``."""
+        cluster = cls(temp_dir=doc["temp_dir"], auth_mode=doc["auth_mode"])
+        cluster._own_temp = True  # whoever stops it cleans up after it
+        cluster.port, cluster.dashboard_port = doc["port"], doc["dashboard_port"]
+        cluster.nodes = [LocalNode(**n) for n in doc["nodes"]]
+        cluster.num_nodes = len(cluster.nodes) - 1
+        return cluster
 
     def __enter__(self) -> LocalCluster:
         self.start()

@@ -38,10 +38,9 @@ from raytf.controller import Controller
 from raytf.errors import ConfigError, RaytfError
 from raytf.keras_loop import SESSION_ERROR_KEY, FitSpec, run_session
 from raytf.keras_trainer import check_fit_options, known_replicas
-from raytf.placement import check_satisfiable
 from raytf.progress import Progress
 from raytf.result import Result
-from raytf.trainer import alive_node_resources, ensure_ray
+from raytf.trainer import check_cluster, ensure_ray
 
 
 class SessionClosedError(RaytfError):
@@ -88,12 +87,7 @@ class Session:
             )
         self.scaling = scaling
         ensure_ray()
-        check_satisfiable(
-            scaling.worker_resources(),
-            scaling.num_workers,
-            scaling.placement_strategy,
-            alive_node_resources(),
-        )
+        check_cluster(scaling)
         progress = Progress(
             verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shutil
 import uuid
 from typing import Any
 
@@ -74,8 +75,14 @@ class Storage:
         self.write_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode(), *parts)
 
     def remove(self, *parts: str) -> None:
-        if self.exists(*parts):
-            self.fs.rm(self.path(*parts), recursive=True)
+        if not self.exists(*parts):
+            return
+        if self.local:
+            # fsspec's local rm calls os.getcwd(), which raises once the driver's working
+            # directory is gone (a `ray job submit` working_dir that Ray cleaned up).
+            shutil.rmtree(self.path(*parts), ignore_errors=True)
+            return
+        self.fs.rm(self.path(*parts), recursive=True)
 
     def upload_dir(self, local_dir: str, *parts: str) -> None:
         """Copy a local directory's files under ``parts`` (for remote storage)."""

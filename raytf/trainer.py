@@ -10,9 +10,10 @@ from typing import Any
 
 import ray
 
+from raytf import autoscaling
 from raytf.config import RunConfig, ScalingConfig
 from raytf.controller import Controller
-from raytf.errors import ConfigError
+from raytf.errors import ConfigError, UnsatisfiableResourcesError
 from raytf.placement import check_satisfiable
 from raytf.progress import Progress
 from raytf.result import Result
@@ -44,6 +45,30 @@ def ensure_ray() -> None:
 
 def alive_node_resources() -> list[dict[str, float]]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+def check_cluster(scaling: ScalingConfig) -> None:
+    """Fail at once if the cluster can never hold the group, now or after autoscaling.
+
+    With an autoscaler whose node types are unknown, nothing can be ruled out:
+    the placement waits (showing what it waits for) up to its timeout.
+    """
+    alive = alive_node_resources()
+    args = (scaling.worker_resources(), scaling.num_workers, scaling.placement_strategy)
+    if not autoscaling.autoscaler_running():
+        check_satisfiable(*args, alive)
+        return
+    types = autoscaling.node_types()
+    if types is None:
+        logger.info("an autoscaler runs but its node types are unknown: placement will wait")
+        return
+    try:
+        check_satisfiable(*args, autoscaling.potential_nodes(alive, types))
+    except UnsatisfiableResourcesError as exc:
+        shown = ", ".join(f"{n} {t.get('resources', {})}" for n, t in types.items())
+        raise UnsatisfiableResourcesError(
+            f"{exc}, counting every node the autoscaler could add (node types: {shown})"
+        ) from None
 
 
 class Trainer:
@@ -81,12 +106,7 @@ class Trainer:
         """Train to the end and return the Result; raise TrainingFailedError otherwise."""
         ensure_ray()
         scaling = self.scaling_config
-        check_satisfiable(
-            scaling.worker_resources(),
-            scaling.num_workers,
-            scaling.placement_strategy,
-            alive_node_resources(),
-        )
+        check_cluster(scaling)
         run_config = self.run_config
         os.makedirs(run_config.run_dir, exist_ok=True)
         progress = Progress(

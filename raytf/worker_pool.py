@@ -19,6 +19,7 @@ from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raytf import autoscaling
 from raytf.config import ScalingConfig
 from raytf.errors import PlacementTimeoutError, WorkerSetupError
 from raytf.worker import RaytfWorker
@@ -70,12 +71,21 @@ class WorkerPool:
         ready = self.pg.ready()
         start = time.monotonic()
         label = bundle_label(self.bundle, n)
+        asked = False
         while True:
             done, _ = ray.wait([ready], timeout=1.0)
             if done:
+                if asked:
+                    autoscaling.request([])  # placed: let idle nodes go when the run ends
                 return
+            if not asked:
+                # Not placed within a second: ask the autoscaler (if any) for the whole group.
+                autoscaling.request([dict(self.bundle) for _ in range(n)])
+                asked = True
+                label += " (asked the autoscaler)"
             waited = time.monotonic() - start
             if waited >= timeout_s:
+                autoscaling.request([])
                 raise PlacementTimeoutError(
                     f"waited {waited:.0f} s for {label} and the cluster never had room: "
                     "other work holds the resources or the autoscaler added no nodes "

@@ -1,0 +1,87 @@
+"""`raytf local up | kill-node | down` as a user runs them, with a job sent by `ray job submit
+--working-dir .`: workers spread over the nodes, a node killed mid-run, the job finishes, and
+`down` stops exactly the processes `up` started."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raytf.local_cluster import LocalNode
+
+from .jobrun import ROOT
+
+pytestmark = pytest.mark.slow
+
+RAYTF = [sys.executable, "-m", "raytf.cli"]
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def raytf_local(state, *args, timeout=180):
+    env = dict(os.environ, RAYTF_LOCAL_STATE=state)
+    return subprocess.run(
+        [*RAYTF, "local", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def wait_for_running(run_dir, step, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(run_dir, "state.json")) as f:
+                state = json.load(f)
+            if state.get("state") == "RUNNING" and (state.get("last_step") or 0) >= step:
+                return state
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{run_dir} never passed step {step}")
+
+
+def test_local_cluster_cli_with_job_submit_and_a_killed_node(tmp_path):
+    state_file = str(tmp_path / "cluster.json")
+    up = raytf_local(state_file, "up", "--nodes", "3", "--cpus-per-node", "1", "--gpus-per-node=1")
+    assert up.returncode == 0, up.stderr[-3000:]
+    try:
+        assert re.search(r"head \+ 3 node\(s\) \(1 CPU, 1 GPU each\) up in", up.stdout)
+        with open(state_file) as f:
+            recorded = json.load(f)
+        nodes = [LocalNode(**n) for n in recorded["nodes"]]
+        assert len(nodes) == 4 and all(n.alive for n in nodes)
+        assert raytf_local(state_file, "up", "--nodes", "1").returncode == 2  # already up
+
+        dashboard = re.search(r"(http://127\.0\.0\.2:\d+)", up.stdout).group(1)
+        env = dict(os.environ, RAY_AUTH_MODE="token")
+        env.pop("RAY_ADDRESS", None)
+        storage = str(tmp_path / "runs")
+        cmd = [RAY, "job", "submit", "--address", dashboard, "--working-dir", ROOT, "--"]
+        cmd += [sys.executable, "jobs/train_synthetic.py", "--workers", "2", "--use-gpu"]
+        cmd += ["--steps", "160", "--checkpoint-every", "20", "--step-sleep", "0.03"]
+        cmd += ["--max-failures", "2", "--storage", storage, "--name", "cli"]
+        job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            state = wait_for_running(os.path.join(storage, "cli"), step=40)
+            ips = {w["rank"]: w["node_ip"] for w in state["workers"]}
+            assert ips[0] != ips[1] and "127.0.0.2" not in ips.values()  # spread, head spared
+            victim = next(n.index for n in nodes if n.ip == ips[1])
+            kill = raytf_local(state_file, "kill-node", str(victim))
+            assert kill.returncode == 0 and ips[1] in kill.stdout
+            out, _ = job.communicate(timeout=400)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        text = out.decode(errors="replace")
+        assert job.returncode == 0, text[-4000:]
+        summary = json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
+        assert summary["steps"] == 160 and summary["digests_agree"]
+        assert summary["attempts"] >= 2 and summary["failures"]
+    finally:
+        down = raytf_local(state_file, "down")
+    assert down.returncode == 0, down.stderr
+    assert not os.path.exists(state_file)
+    assert not any(n.alive for n in nodes)
+    assert not os.path.exists(recorded["temp_dir"])

@@ -1,0 +1,122 @@
+"""``raytf validate`` on the shipped configs and on broken variants of them."""
+
+import glob
+import os
+
+import pytest
+import yaml
+
+from raytf.cli import main
+from raytf.cluster_validate import validate_file
+
+pytestmark = pytest.mark.unit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = sorted(
+    glob.glob(os.path.join(ROOT, "cluster_configs", "*.yaml"))
+    + glob.glob(os.path.join(ROOT, "cluster_configs", "kuberay", "*.yaml"))
+)
+AWS = os.path.join(ROOT, "cluster_configs", "aws-gpu.yaml")
+RAYJOB = os.path.join(ROOT, "cluster_configs", "kuberay", "rayjob.yaml")
+
+
+def errors(path, job=None):
+    return [p for p in validate_file(path, job) if not p.warning]
+
+
+def variant(tmp_path, source, change):
+    with open(source) as f:
+        doc = yaml.safe_load(f)
+    change(doc)
+    path = tmp_path / os.path.basename(source)
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_every_shipped_config_passes_ray_and_raytf_rules():
+    assert len(SHIPPED) == 6
+    for path in SHIPPED:
+        assert validate_file(path, {"GPU": 1}) == [], path
+
+
+def test_typo_in_a_key_names_the_field_and_the_likely_key(tmp_path):
+    def typo(doc):
+        doc["available_node_types"]["gpu_spot"]["min_worker"] = 1
+
+    (problem,) = errors(variant(tmp_path, AWS, typo))
+    assert problem.path == "available_node_types.gpu_spot"
+    assert "min_worker" in problem.message and "did you mean 'min_workers'" in problem.fix
+
+
+def test_fractional_resources_are_refused_by_rays_schema(tmp_path):
+    def half(doc):
+        doc["available_node_types"]["gpu_spot"]["resources"]["GPU"] = 0.5
+
+    (problem,) = errors(variant(tmp_path, AWS, half))
+    assert problem.path == "available_node_types.gpu_spot.resources.GPU"
+    assert "integer" in problem.fix
+
+
+def test_min_above_max(tmp_path):
+    def inverted(doc):
+        doc["available_node_types"]["gpu_on_demand"]["min_workers"] = 5
+
+    (problem,) = errors(variant(tmp_path, AWS, inverted))
+    assert problem.path == "available_node_types.gpu_on_demand.min_workers"
+    assert "above max_workers 4" in problem.message
+
+
+def test_head_type_that_does_not_exist(tmp_path):
+    def missing(doc):
+        doc["head_node_type"] = "hed"
+
+    (problem,) = errors(variant(tmp_path, AWS, missing))
+    assert problem.path == "head_node_type" and "'head'" in problem.fix
+
+
+def test_pool_too_small_for_the_job():
+    (problem,) = errors(AWS, {"GPU": 4, "CPU": 8})
+    assert "no worker pool can hold one worker" in problem.message
+    (problem,) = errors(RAYJOB, {"GPU": 2})
+    assert problem.path == "spec.rayClusterSpec.workerGroupSpecs"
+
+
+def test_gpu_machines_must_declare_gpus_and_install_the_gpu_extra(tmp_path):
+    def no_gpu(doc):
+        del doc["available_node_types"]["gpu_spot"]["resources"]["GPU"]
+
+    (problem,) = errors(variant(tmp_path, AWS, no_gpu))
+    assert problem.path == "available_node_types.gpu_spot.resources"
+
+    def cpu_extra(doc):
+        doc["worker_setup_commands"] = ['pip install "raytf[cpu]"']
+
+    (problem, _) = errors(variant(tmp_path, AWS, cpu_extra))
+    assert "without the gpu extra" in problem.message
+
+
+def test_credentials_and_kuberay_mismatches(tmp_path):
+    def secret(doc):
+        doc["provider"]["aws_secret_access_key"] = "AKIA..."
+
+    (problem,) = errors(variant(tmp_path, AWS, secret))
+    assert problem.path == "provider.aws_secret_access_key"
+
+    def kuberay(doc):
+        group = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+        group["minReplicas"], group["rayStartParams"]["num-gpus"] = 9, "2"
+
+    found = {p.path for p in errors(variant(tmp_path, RAYJOB, kuberay))}
+    assert found == {
+        "spec.rayClusterSpec.workerGroupSpecs.0.minReplicas",
+        "spec.rayClusterSpec.workerGroupSpecs.0.rayStartParams.num-gpus",
+    }
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    assert main(["validate", *SHIPPED]) == 0
+    broken = variant(tmp_path, AWS, lambda d: d.update(head_node_type="nope"))
+    assert main(["validate", AWS, broken]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}: head_node_type: error:" in err and "fix:" in err
+    assert main(["validate", "--job-resources", "GPU=1", AWS]) == 2
