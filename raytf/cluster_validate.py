@@ -20,36 +20,14 @@ import copy
 import difflib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-CREDENTIAL_KEYS = {
-    "aws_access_key_id",
-    "aws_secret_access_key",
-    "aws_session_token",
-    "private_key",
-    "client_secret",
-    "password",
-    "token",
-}
-_GPU_INSTANCE_PREFIXES = ("p2", "p3", "p4", "p5", "g4", "g5", "g6", "trn", "inf")
+from raytf.validate_kuberay import check_kuberay
+from raytf.validate_rules import Problem, credentials, job_fits
 
-
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    path: str
-    message: str
-    fix: str = ""
-    warning: bool = False
-
-    def __str__(self) -> str:
-        where = f"{self.file}: {self.path or '(top level)'}"
-        kind = "warning" if self.warning else "error"
-        fix = f"\n    fix: {self.fix}" if self.fix else ""
-        return f"{where}: {kind}: {self.message}{fix}"
+_GPU_INSTANCE_PREFIXES = ("p2", "p3", "p4", "p5", "g4", "g5", "g6")  # NVIDIA GPU families
 
 
 def validate_file(path: str, job_resources: dict[str, float] | None = None) -> list[Problem]:
@@ -67,7 +45,7 @@ def validate_file(path: str, job_resources: dict[str, float] | None = None) -> l
         if not isinstance(doc, dict):
             problems.append(Problem(path, "", "the document is not a mapping"))
         elif doc.get("kind") in ("RayCluster", "RayJob"):
-            problems += _check_kuberay(path, doc, job_resources)
+            problems += check_kuberay(path, doc, job_resources)
         else:
             problems += _check_launcher(path, doc, job_resources)
     return problems
@@ -133,7 +111,7 @@ def _check_launcher(
     if error is not None:
         return [_schema_problem(path, error, config)]
     assert prepared is not None
-    problems = _credentials(path, config, "")
+    problems = credentials(path, config, "")
     provider = config.get("provider", {}).get("type")
     types = config.get("available_node_types") or {}
     head = config.get("head_node_type")
@@ -168,7 +146,7 @@ def _check_launcher(
         pools = {n: t.get("resources", {}) for n, t in workers.items()}
         if provider == "local":
             pools = {"local.cluster.node": _resources_from_start(config)}
-        problems += _job_fits(path, "available_node_types", pools, job_resources)
+        problems += job_fits(path, "available_node_types", pools, job_resources)
     return problems
 
 
@@ -260,146 +238,3 @@ def _resources_from_start(config: dict) -> dict[str, float]:
                 except ValueError:
                     pass
     return out
-
-
-def _job_fits(
-    path: str, where: str, pools: dict[str, dict], job_resources: dict[str, float]
-) -> list[Problem]:
-    def fits(res: dict) -> bool:
-        # A resource a pool leaves out (CPU on the local provider) is detected at start.
-        return all(
-            float(res.get(k, float("inf") if k in ("CPU", "memory") else 0)) >= v
-            for k, v in job_resources.items()
-            if v
-        )
-
-    if any(fits(res) for res in pools.values()):
-        return []
-    shown = ", ".join(f"{n} {res}" for n, res in pools.items()) or "none"
-    return [
-        Problem(
-            path,
-            where,
-            f"no worker pool can hold one worker of the job ({job_resources}); pools: {shown}",
-            "add or enlarge a pool, or ask for less per worker (ScalingConfig)",
-        )
-    ]
-
-
-def _credentials(path: str, doc: Any, where: str) -> list[Problem]:
-    problems = []
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            here = f"{where}.{key}" if where else str(key)
-            if str(key).lower() in CREDENTIAL_KEYS and isinstance(value, str):
-                problems.append(
-                    Problem(
-                        path,
-                        here,
-                        "a credential is written into the config",
-                        "remove it: use instance roles / service accounts, and key paths only",
-                    )
-                )
-            problems += _credentials(path, value, here)
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            problems += _credentials(path, value, f"{where}.{i}")
-    return problems
-
-
-# -- KubeRay ------------------------------------------------------------------------
-def _check_kuberay(
-    path: str, doc: dict[str, Any], job_resources: dict[str, float] | None
-) -> list[Problem]:
-    problems = _credentials(path, doc, "")
-    spec = doc.get("spec") or {}
-    base = "spec"
-    if doc["kind"] == "RayJob":
-        images = " ".join(_images(spec.get("rayClusterSpec") or {}))
-        if "raytf" not in str(spec.get("runtimeEnvYAML", "")) + images:
-            problems.append(
-                Problem(
-                    path,
-                    "spec.runtimeEnvYAML",
-                    "nothing installs raytf for the job",
-                    'add pip: ["raytf[gpu]"] to runtimeEnvYAML, or use an image with raytf',
-                )
-            )
-        if not spec.get("entrypoint"):
-            problems.append(Problem(path, "spec.entrypoint", "no entrypoint", "add one"))
-        spec = spec.get("rayClusterSpec") or {}
-        base = "spec.rayClusterSpec"
-    if "headGroupSpec" not in spec:
-        problems.append(Problem(path, f"{base}.headGroupSpec", "missing", "add a head group"))
-    pools = {}
-    groups = spec.get("workerGroupSpecs") or []
-    for i, group in enumerate(groups):
-        where = f"{base}.workerGroupSpecs.{i}"
-        lo, hi = group.get("minReplicas", 0), group.get("maxReplicas")
-        if hi is not None and lo > hi:
-            problems.append(
-                Problem(
-                    path,
-                    f"{where}.minReplicas",
-                    f"minReplicas {lo} is above maxReplicas {hi}",
-                    f"set minReplicas <= {hi}",
-                )
-            )
-        params = group.get("rayStartParams") or {}
-        limits = {}
-        for c in (group.get("template") or {}).get("spec", {}).get("containers", []):
-            limits.update((c.get("resources") or {}).get("limits") or {})
-        k8s_gpus = float(limits.get("nvidia.com/gpu", 0))
-        ray_gpus = float(params.get("num-gpus", k8s_gpus))
-        if k8s_gpus != ray_gpus:
-            problems.append(
-                Problem(
-                    path,
-                    f"{where}.rayStartParams.num-gpus",
-                    f"Ray is told {ray_gpus:g} GPU but the pod is given {k8s_gpus:g}",
-                    "make num-gpus equal the container's nvidia.com/gpu limit",
-                )
-            )
-        res = {"GPU": ray_gpus, "CPU": _cpu(limits.get("cpu", 0))}
-        try:
-            res.update(json.loads(json.loads(params.get("resources", '"{}"'))))
-        except (TypeError, ValueError):
-            problems.append(
-                Problem(
-                    path,
-                    f"{where}.rayStartParams.resources",
-                    "not a quoted JSON object",
-                    'write it as \'"{\\"pool_gpu\\": 1}"\'',
-                )
-            )
-        pools[group.get("groupName", str(i))] = res
-    if spec.get("enableInTreeAutoscaling") is not True and any(
-        g.get("minReplicas", 0) != g.get("maxReplicas", 0) for g in groups
-    ):
-        problems.append(
-            Problem(
-                path,
-                f"{base}.enableInTreeAutoscaling",
-                "worker groups have a replica range but the autoscaler is off",
-                "set enableInTreeAutoscaling: true",
-                warning=True,
-            )
-        )
-    if job_resources:
-        problems += _job_fits(path, f"{base}.workerGroupSpecs", pools, job_resources)
-    return problems
-
-
-def _cpu(value: Any) -> float:
-    text = str(value)
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text or 0)
-
-
-def _images(cluster_spec: dict) -> list[str]:
-    groups = [cluster_spec.get("headGroupSpec") or {}]
-    groups += cluster_spec.get("workerGroupSpecs") or []
-    return [
-        str(c.get("image", ""))
-        for g in groups
-        for c in (g.get("template") or {}).get("spec", {}).get("containers", [])
-    ]

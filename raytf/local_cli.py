@@ -3,7 +3,7 @@
 The nodes outlive the command that starts them (each is ``ray start --block``
 in its own session), so what ``up`` started is written to a state file and
 ``down`` stops exactly those processes, by process group, after checking each
-pid still runs that node's ``ray start``; never ``ray stop``, never anything
+pid still runs that node's ``ray start``; never a broad stop command, never anything
 else. Nodes bind to loopback addresses (127.0.0.2 and up), the dashboard
 included, and Ray's token authentication stays on.
 """
