@@ -71,21 +71,24 @@ class WorkerPool:
         ready = self.pg.ready()
         start = time.monotonic()
         label = bundle_label(self.bundle, n)
-        asked = False
+        asked = requested = False
         while True:
             done, _ = ray.wait([ready], timeout=1.0)
             if done:
-                if asked:
+                if requested:
                     autoscaling.request([])  # placed: let idle nodes go when the run ends
                 return
             if not asked:
-                # Not placed within a second: ask the autoscaler (if any) for the whole group.
-                autoscaling.request([dict(self.bundle) for _ in range(n)])
+                # Not placed within a second: ask the autoscaler, if one can add nodes.
                 asked = True
-                label += " (asked the autoscaler)"
+                if autoscaling.autoscaler_running():
+                    autoscaling.request([dict(self.bundle) for _ in range(n)])
+                    requested = True
+                    label += " (asked the autoscaler)"
             waited = time.monotonic() - start
             if waited >= timeout_s:
-                autoscaling.request([])
+                if requested:
+                    autoscaling.request([])
                 raise PlacementTimeoutError(
                     f"waited {waited:.0f} s for {label} and the cluster never had room: "
                     "other work holds the resources or the autoscaler added no nodes "
