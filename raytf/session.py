@@ -25,22 +25,17 @@ from __future__ import annotations
 
 import functools
 import itertools
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
-import ray
-
 from raytf.config import RunConfig, ScalingConfig
 from raytf.context import Reply
-from raytf.controller import Controller
 from raytf.errors import ConfigError, RaytfError
 from raytf.keras_loop import SESSION_ERROR_KEY, FitSpec, run_session
 from raytf.keras_trainer import check_fit_options, known_replicas
-from raytf.progress import Progress
 from raytf.result import Result
-from raytf.trainer import check_cluster, ensure_ray
+from raytf.trainer import make_controller
 
 
 class SessionClosedError(RaytfError):
@@ -86,18 +81,12 @@ class Session:
                 "Session with the same RunConfig.name to continue from its last checkpoint"
             )
         self.scaling = scaling
-        ensure_ray()
-        check_cluster(scaling)
-        progress = Progress(
-            verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
-        )
-        progress.message(f"session {run_config.name} in {run_config.run_dir}")
-        self._controller = Controller(
-            ray.put(functools.partial(run_session, spec)),
+        self._controller = make_controller(
+            functools.partial(run_session, spec),
             dict(train_loop_config or {}),
             scaling,
             run_config,
-            progress,
+            what="session",
         )
         self._controller.on_reply = self._on_reply
         self._ids = itertools.count(1)

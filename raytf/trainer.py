@@ -104,20 +104,27 @@ class Trainer:
 
     def fit(self) -> Result:
         """Train to the end and return the Result; raise TrainingFailedError otherwise."""
-        ensure_ray()
-        scaling = self.scaling_config
-        check_cluster(scaling)
-        run_config = self.run_config
-        os.makedirs(run_config.run_dir, exist_ok=True)
-        progress = Progress(
-            verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
-        )
-        progress.message(f"run {run_config.name} in {run_config.run_dir}")
-        controller = Controller(
-            ray.put(self.train_loop_per_worker),
-            self.train_loop_config,
-            scaling,
-            run_config,
-            progress,
-        )
-        return controller.run()
+        return make_controller(
+            self.train_loop_per_worker, self.train_loop_config, self.scaling_config, self.run_config
+        ).run()
+
+
+def make_controller(
+    fn: Callable[..., Any],
+    config: dict[str, Any],
+    scaling: ScalingConfig,
+    run_config: RunConfig,
+    what: str = "run",
+) -> Controller:
+    """Join or start Ray, rule out a cluster that can never hold the group, make the driver.
+
+    Shared by ``Trainer.fit`` and ``Session``: both run the same controller.
+    """
+    ensure_ray()
+    check_cluster(scaling)
+    os.makedirs(run_config.run_dir, exist_ok=True)
+    progress = Progress(
+        verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
+    )
+    progress.message(f"{what} {run_config.name} in {run_config.run_dir}")
+    return Controller(ray.put(fn), config, scaling, run_config, progress)
