@@ -1,6 +1,7 @@
 """The main example: a Keras 3 classifier trained by a custom MWMS loop on N workers.
 
     python jobs/train_synthetic.py --workers 2 --steps 256
+    python jobs/train_synthetic.py --workers 3 --min-workers 2 --batch-size 96 --max-failures -1
     ray job submit --address http://HEAD:8265 --runtime-env-json '{"working_dir": "jobs"}' \
         -- python train_synthetic.py --workers 2 --checkpoint-every 50 --max-failures 3
 
@@ -9,6 +10,13 @@ downloads). Every input batch is a pure function of the global step, so a run
 is reproducible and could resume at any step. The last line printed is one
 JSON object: final metrics, steps, attempts, elapsed time and the SHA-256 of
 the final weights, which is identical on every worker.
+
+Elastic (``--min-workers``): the global batch stays ``--batch-size`` whatever
+the number of workers, and step ``s`` always reads rows ``[s*B, (s+1)*B)`` of
+the data, split over whichever replicas there are, so a resize neither skips
+nor repeats an example. ``--count-examples`` proves it: a checkpointed
+counter of how often each example was trained on (rolled back with the
+weights when a restart redoes steps) ends in the summary.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ def train_loop(config: dict) -> dict:
 
     keras.utils.set_random_seed(int(config["seed"]))
     x_np, y_np = make_dataset(int(config["seed"]))
+    count_examples = bool(config.get("count_examples"))
 
     def dataset_fn(first_step: int):
         """The input for steps first_step+1 .. steps: a pure function of the global step."""
@@ -57,7 +66,7 @@ def train_loop(config: dict) -> dict:
                 step, local = i // k, i % k
                 begin = step * global_batch + (first_replica + local) * per_replica
                 idx = (begin + tf.range(per_replica, dtype=tf.int64)) % NUM_EXAMPLES
-                return tf.gather(x_all, idx), tf.gather(y_all, idx)
+                return tf.gather(x_all, idx), tf.gather(y_all, idx), idx
 
             return tf.data.Dataset.range(first_step * k, steps * k).map(batch_at).prefetch(2)
 
@@ -73,14 +82,19 @@ def train_loop(config: dict) -> dict:
             ]
         )
         optimizer = keras.optimizers.Adam(learning_rate=float(config.get("lr", 1e-3)))
+        # How many times each example was trained on: checkpointed with the weights.
+        seen = tf.Variable(tf.zeros([NUM_EXAMPLES], tf.int32), trainable=False, name="seen")
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     # Resume: weights, optimizer slots, RNG state and the step come back from the
     # latest committed checkpoint; the input restarts at the step after it.
-    start = ctx.restore(model=model, optimizer=optimizer)
+    tracked = {"model": model, "optimizer": optimizer}
+    if count_examples:
+        tracked["seen"] = seen
+    start = ctx.restore(**tracked)
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn(start)))
 
-    def step_fn(x, y):
+    def step_fn(x, y, idx):
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
@@ -88,16 +102,21 @@ def train_loop(config: dict) -> dict:
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         predicted = tf.argmax(logits, 1, output_type=tf.int32)
         hits = tf.reduce_sum(tf.cast(tf.equal(predicted, y), "float32"))
-        return loss, hits
+        if not count_examples:
+            return loss, hits, tf.zeros([], tf.int32)
+        ids = tf.cast(idx, tf.int32)
+        return loss, hits, tf.math.bincount(ids, minlength=NUM_EXAMPLES, maxlength=NUM_EXAMPLES)
 
     @tf.function
     def train_step(it):
-        loss, hits = strategy.run(step_fn, args=next(it))
+        loss, hits, counts = strategy.run(step_fn, args=next(it))
         sum_ = tf.distribute.ReduceOp.SUM
+        if count_examples:
+            seen.assign_add(strategy.reduce(sum_, counts, axis=None))
         return strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, hits, axis=None)
 
     step_sleep = float(config.get("step_sleep", 0.0))
-    seen = start
+    reported = start
     for step in range(start + 1, steps + 1):
         loss, hits = train_step(iterator)
         if step_sleep:
@@ -106,15 +125,27 @@ def train_loop(config: dict) -> dict:
         if step % report_every == 0 or step == steps:
             ctx.report(
                 {"step": step, "loss": float(loss), "accuracy": float(hits) / global_batch},
-                examples=(step - seen) * global_batch,
+                examples=(step - reported) * global_batch,
             )
-            seen = step
-    return {"weights_digest": weights_digest(model.get_weights()), "steps": steps}
+            reported = step
+    out = {"weights_digest": weights_digest(model.get_weights()), "steps": steps}
+    if count_examples:
+        counts = seen.numpy()
+        out["examples_seen"] = {
+            "min": int(counts.min()),
+            "max": int(counts.max()),
+            "total": int(counts.sum()),
+        }
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="workers (the most, if elastic)")
+    p.add_argument("--min-workers", type=int, default=None, help="elastic: the fewest workers")
+    p.add_argument(
+        "--elastic-wait", type=float, default=10.0, help="elastic: seconds to wait for more"
+    )
     p.add_argument("--steps", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=128, help="global batch size")
     p.add_argument("--lr", type=float, default=1e-3)
@@ -127,6 +158,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
     p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
     p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
+    p.add_argument("--count-examples", action="store_true", help="count each example's uses")
+    p.add_argument("--placement-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -135,6 +168,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     t0 = time.monotonic()
     connected_before = ray.is_initialized()
+    workers = args.workers if args.min_workers is None else (args.min_workers, args.workers)
     trainer = raytf.Trainer(
         train_loop,
         train_loop_config={
@@ -144,11 +178,18 @@ def main(argv=None) -> dict:
             "seed": args.seed,
             "report_every": args.report_every,
             "step_sleep": args.step_sleep,
+            "count_examples": args.count_examples,
         },
-        scaling_config=raytf.ScalingConfig(num_workers=args.workers, use_gpu=args.use_gpu),
+        scaling_config=raytf.ScalingConfig(
+            num_workers=workers,
+            use_gpu=args.use_gpu,
+            elastic_wait_s=args.elastic_wait,
+            global_batch_size=args.batch_size,
+        ),
         run_config=raytf.RunConfig(
             name=args.name,
             storage_path=args.storage,
+            placement_timeout_s=args.placement_timeout,
             checkpoint_config=raytf.CheckpointConfig(
                 num_to_keep=args.keep,
                 checkpoint_every_steps=args.checkpoint_every,

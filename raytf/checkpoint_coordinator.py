@@ -48,7 +48,9 @@ class CheckpointCoordinator:
         self.latest = latest_intact(self.storage, skip=self.bad)
         return self.latest
 
-    def new_attempt(self) -> None:
+    def new_attempt(self, world_size: int) -> None:
+        """An elastic group's size may differ from one attempt to the next."""
+        self.world_size = world_size
         self._pending.clear()
         self._requested_at = None
         self._last_save = time.monotonic()

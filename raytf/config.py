@@ -44,6 +44,14 @@ def _check_resources(where: str, resources: dict[str, Any]) -> dict[str, float]:
 class ScalingConfig:
     """How many workers and what each one holds.
 
+    ``num_workers`` is a count, or ``(min, max)`` for an elastic group: it
+    starts once ``min`` workers can be placed (after waiting up to
+    ``elastic_wait_s`` for more), continues smaller when a node is lost and no
+    replacement comes within ``elastic_wait_s``, and grows back toward ``max``
+    when capacity returns. Every resize restarts the whole group from a
+    committed checkpoint. ``global_batch_size``, when given, is what stays
+    fixed across resizes: world sizes it does not split over are skipped.
+
     ``use_gpu`` gives every worker one GPU unless ``resources_per_worker`` asks
     for more (one worker per node holding all of its GPUs is the usual layout:
     MWMS then mirrors across that node's GPUs). ``placement_strategy`` is a Ray
@@ -51,15 +59,34 @@ class ScalingConfig:
     cluster has several and packs them when it has one.
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     placement_strategy: str = "SPREAD"
+    elastic_wait_s: float = 10.0
+    global_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         n = self.num_workers
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1")
+        if isinstance(n, (tuple, list)):
+            if len(n) != 2 or not all(_is_count(k) for k in n) or n[0] > n[1]:
+                raise ConfigError(
+                    f"ScalingConfig.num_workers = {n!r}: an elastic group is (min, max) "
+                    "with integers 1 <= min <= max"
+                )
+            object.__setattr__(self, "num_workers", tuple(n) if n[0] < n[1] else n[0])
+        elif not _is_count(n):
+            raise ConfigError(
+                f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1, or (min, max)"
+            )
+        wait = self.elastic_wait_s
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+            raise ConfigError(f"ScalingConfig.elastic_wait_s = {wait!r}: must be a number >= 0")
+        g = self.global_batch_size
+        if g is not None and not _is_count(g):
+            raise ConfigError(
+                f"ScalingConfig.global_batch_size = {g!r}: must be an integer >= 1, or None"
+            )
         if not isinstance(self.use_gpu, bool):
             raise ConfigError(f"ScalingConfig.use_gpu = {self.use_gpu!r}: must be True or False")
         if self.placement_strategy not in PLACEMENT_STRATEGIES:
@@ -92,6 +119,27 @@ class ScalingConfig:
     @property
     def gpus_per_worker(self) -> int:
         return int(self.worker_resources().get("GPU", 0))
+
+    @property
+    def is_elastic(self) -> bool:
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers[0] if self.is_elastic else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if self.is_elastic else self.num_workers
+
+    @property
+    def replicas_per_worker(self) -> int:
+        """MWMS replicas one worker adds: one per GPU it holds, one on CPU."""
+        return max(1, self.gpus_per_worker) if self.use_gpu else 1
+
+
+def _is_count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
 
 
 def _positive_or_none(where: str, value: Any, integer: bool = False) -> None:

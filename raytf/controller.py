@@ -10,7 +10,14 @@ Each state is one method that does its work and returns the next state;
 ``run`` only loops until a terminal state. A restart always replaces the whole
 group (a strategy cannot be re-made in a live process) and resumes from the
 latest committed checkpoint. Policies decide (``FailurePolicy``), the
-controller acts. ``worker_group_cls`` can be swapped for a fake so the
+controller acts.
+
+An elastic group (``num_workers=(min, max)``) changes size only in
+SCHEDULING: after a failure it runs on the slots still placed (never fewer
+than min); while RUNNING it watches for slots placed again and, once spares
+there have TF imported, asks for a checkpoint and restarts larger from it. A
+drained node (preemption) gets a checkpoint before its deadline; the restart
+then leaves that node. ``worker_group_cls`` can be swapped for a fake so the
 transitions are tested without Ray.
 """
 
@@ -25,6 +32,7 @@ from typing import Any
 
 from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
+from raytf.elastic import Resize
 from raytf.errors import (
     CheckpointRestoreError,
     PlacementTimeoutError,
@@ -57,6 +65,7 @@ logger = logging.getLogger("raytf")
 POLL_INTERVAL_S = float(os.environ.get("RAYTF_POLL_INTERVAL_S", "0.2"))
 MAX_PORT_RETRIES = int(os.environ.get("RAYTF_MAX_PORT_RETRIES", "3"))
 DRAIN_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_DRAIN_CHECK_INTERVAL_S", "1.0"))
+GROW_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_GROW_CHECK_INTERVAL_S", "2.0"))
 COLLATERAL_GRACE_S = float(os.environ.get("RAYTF_COLLATERAL_GRACE_S", "1.0"))
 
 
@@ -93,8 +102,9 @@ class Controller:
         self.progress = progress
         self.run_dir = run_config.run_dir
         self.storage = Storage(self.run_dir)
+        self.world_size = scaling.max_workers  # the size of the current attempt
         self.ckpts = CheckpointCoordinator(
-            self.storage, run_config.checkpoint_config, scaling.num_workers
+            self.storage, run_config.checkpoint_config, self.world_size
         )
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: WorkerGroup | None = None
@@ -108,13 +118,22 @@ class Controller:
         self.finished_ranks: set[int] = set()
         self.failures: list[Failure] = []
         self.error: BaseException | None = None
-        self.restart_reason: Failure | str | None = None
+        self.restart_reason: Failure | str | None = None  # or "preemption" / "resize"
         self.notice: str | None = None
         self.preemptions = 0
+        self._last_world: int | None = None  # the previous attempt's size
+        self._resize_why = ""  # why the coming attempt may differ in size
+        self._grow_ready = False  # spares are warm: restart larger at the next commit
+        self._last_grow_check = 0.0
+        self._draining: dict[str, float] = {}  # node -> deadline, for this attempt
+        self._resize_from: int | None = None  # the size before a resize, until it resumes
         previous = load_previous(self.storage)
         self.status = RunState(
-            name=run_config.name, run_dir=self.run_dir, num_workers=scaling.num_workers
+            name=run_config.name, run_dir=self.run_dir, num_workers=scaling.max_workers
         )
+        self.status.min_workers = scaling.min_workers
+        self.status.resizes = previous.get("resizes", [])
+        self.status.preemption_log = previous.get("preemption_log", [])
         self.status.attempt = previous.get("attempt", 0)
         self.status.failures = previous.get("failures", [])
         self.attempt = self.status.attempt
@@ -161,9 +180,18 @@ class Controller:
         self.group = self.worker_group_cls(self.scaling, pool=self.pool, attempt=self.attempt)
         self._standbys_asked = False
         try:
-            self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
+            size = self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
         except PlacementTimeoutError as exc:
             return self._fail(exc)
+        self.world_size = size.workers
+        self.status.world_size = size.workers
+        if self.pool.lost_nodes and self._resize_why not in ("preemption", "capacity returned"):
+            self._resize_why = "node lost"
+        if size.note:
+            self.progress.message(size.note)
+        if self._last_world is not None and size.workers != self._last_world:
+            self._resize_from = self._last_world
+        self._last_world = size.workers
         return State.STARTING
 
     def _start(self) -> State:
@@ -185,9 +213,14 @@ class Controller:
         restored = restore.step if restore else 0
         self.status.last_step = restored
         self._trim_history(restored)
-        self.ckpts.new_attempt()
+        if self._resize_from is not None:
+            self._on_resize(self._resize_from, self.world_size, restored)
+            self._resize_from = None
+        self.ckpts.new_attempt(self.world_size)
         self.finished_ranks.clear()
-        self.worker_results = [None] * self.scaling.num_workers
+        self.worker_results = [None] * self.world_size
+        self._grow_ready = False
+        self._draining = {}
         self._record_workers("running")
         ckpt_args = {
             "dir": self.ckpts.dir,
@@ -204,7 +237,7 @@ class Controller:
         where = f", resuming after step {restore.step}" if restore else ""
         warm = f" ({self.group.promoted} from standbys)" if self.group.promoted else ""
         self.progress.message(
-            f"attempt {self.attempt}: {self.scaling.num_workers} workers on {nodes} node(s), "
+            f"attempt {self.attempt}: {self.world_size} workers on {nodes} node(s), "
             f"{replicas} replicas in sync, started in {self.clock() - t0:.1f} s{warm}{where}"
         )
         self.watchdog.attempt_started(self.clock(), restored)
@@ -234,9 +267,9 @@ class Controller:
                 errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
                 root = pick_root_cause(errors)
             return self._on_failure(root)
-        if self.restart_reason == "preemption":
+        if self.restart_reason in ("preemption", "resize"):
             return State.RESTARTING
-        if len(self.finished_ranks) == self.scaling.num_workers:
+        if len(self.finished_ranks) == self.world_size:
             return State.FINISHED
         hang = self.watchdog.check(now, self.group.silent_ranks)
         if hang is not None:
@@ -244,6 +277,7 @@ class Controller:
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
         self._check_drain(now)
+        self._check_growth(now)
         # Each poll is an actor call that takes the worker's GIL: keep them few.
         time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
         return State.RUNNING
@@ -256,9 +290,16 @@ class Controller:
         if reason == "preemption":
             self.preemptions += 1
             self.notice = None
-            self.progress.message("restarting the group after its termination checkpoint")
+            left = self.pool.evict(set(self._draining)) if self._draining else []
+            moved = f", leaving {len(left)} slot(s) on draining nodes" if left else ""
+            self.progress.message(f"restarting the group after its termination checkpoint{moved}")
+            self._resize_why = "preemption"
+            return State.SCHEDULING
+        if reason == "resize":
+            self._resize_why = "capacity returned"
             return State.SCHEDULING
         assert isinstance(reason, Failure)
+        self._resize_why = reason.kind.value.replace("_", " ")  # "node lost" once placed
         if isinstance(reason.cause, CheckpointRestoreError) and self.ckpts.latest:
             self.ckpts.mark_bad(self.ckpts.latest.step, reason.cause.detail)
         counted = sum(1 for f in self.failures if f.kind.counts)
@@ -307,6 +348,9 @@ class Controller:
             if ckpt.manifest["reason"] == "termination":
                 self.progress.message(f"termination checkpoint committed at step {ckpt.step}")
                 self.restart_reason = "preemption"
+                self._log_preemption(ckpt)
+            elif self._grow_ready and self.restart_reason is None:
+                self.restart_reason = "resize"
         if poll.notice and not self.notice:
             self._on_notice(poll.notice)
         # Last: a session that asked for a checkpoint finds it committed when the answer comes.
@@ -326,8 +370,60 @@ class Controller:
         self._last_drain_check = now
         draining = self.group.draining_nodes()
         if draining:
-            self._on_notice(f"node {sorted(draining)[0][:12]} is draining")
+            self._draining = draining
+            node, deadline = min(draining.items(), key=lambda kv: kv[1] or float("inf"))
+            left = f", {deadline - time.time():.0f} s before its deadline" if deadline else ""
+            self._on_notice(f"node {node[:12]} is draining{left}")
+            self.status.preemption_log.append(
+                {"node_id": node, "deadline": deadline or None, "noticed_at": time.time()}
+            )
             self.group.request_checkpoint("termination")
+
+    def _log_preemption(self, ckpt) -> None:
+        """Did the termination checkpoint beat the drain deadline? ``raytf status`` shows it."""
+        if self._draining and self.status.preemption_log:
+            entry = self.status.preemption_log[-1]
+            entry["checkpoint_step"] = ckpt.step
+            entry["committed_at"] = ckpt.manifest["committed_at"]
+            if entry.get("deadline"):
+                entry["seconds_to_spare"] = round(entry["deadline"] - entry["committed_at"], 3)
+
+    def _check_growth(self, now: float) -> None:
+        """Elastic: slots placed again (a node joined) -> warm spares there, then grow."""
+        if (
+            not self.scaling.is_elastic
+            or self._grow_ready
+            or self.notice
+            or now - self._last_grow_check < GROW_CHECK_INTERVAL_S
+        ):
+            return
+        self._last_grow_check = now
+        growth = self.pool.growth()
+        if growth is None:
+            return
+        size, slots = growth
+        if self.pool.warm_spares(slots):
+            self._grow_ready = True
+            self.progress.message(
+                f"room for {size.workers} workers again: checkpoint, then restart at that size"
+            )
+            self.group.request_checkpoint("resize")
+
+    def _on_resize(self, before: int, after: int, step: int) -> None:
+        resize = Resize(
+            attempt=self.attempt,
+            before=before,
+            after=after,
+            reason=self._resize_why or "placement",
+            step=step,
+        )
+        self.status.resizes.append(resize.to_dict())
+        batch = self.scaling.global_batch_size
+        kept = ""
+        if batch:
+            per = batch // (after * self.scaling.replicas_per_worker)
+            kept = f"; global batch stays {batch}, {per} per replica"
+        self.progress.message(f"{resize.describe()}{kept}")
 
     # -- failure ----------------------------------------------------------------
     def _on_failure(self, cause: BaseException) -> State:
@@ -391,6 +487,7 @@ class Controller:
             failures=[f.describe() for f in self.failures],
             recoveries_s=list(self.watchdog.recoveries_s),
             preemptions=self.preemptions,
+            resizes=list(self.status.resizes),
         )
         if state is State.FINISHED:
             self.progress.finish(

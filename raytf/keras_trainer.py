@@ -20,6 +20,7 @@ a History-like dict.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -57,10 +58,14 @@ def check_fit_options(spec: FitSpec, num_replicas: int | None) -> None:
 
 
 def known_replicas(scaling: ScalingConfig) -> int | None:
-    """Replicas in sync, where the driver can know them: one per worker, or per GPU."""
-    if scaling.use_gpu:
-        return scaling.num_workers * max(1, scaling.gpus_per_worker)
-    return scaling.num_workers
+    """Replicas in sync, where the driver can know them: one per worker, or per GPU.
+
+    None for an elastic group: its size is known only once placed (the batch is
+    checked against every size it may run at instead).
+    """
+    if scaling.is_elastic:
+        return None
+    return scaling.num_workers * scaling.replicas_per_worker
 
 
 class KerasTrainer:
@@ -111,6 +116,15 @@ class KerasTrainer:
             return_weights=return_weights,
         )
         scaling = scaling_config or ScalingConfig()
+        if scaling.is_elastic and steps_per_epoch is None:
+            raise ConfigError(
+                f"ScalingConfig.num_workers = {scaling.num_workers} with steps_per_epoch=None: "
+                "an elastic group's shards change size with the world size, so one pass over "
+                "them is no fixed number of steps; pass steps_per_epoch"
+            )
+        if scaling.global_batch_size is None:
+            # What an elastic group keeps fixed across resizes.
+            scaling = dataclasses.replace(scaling, global_batch_size=global_batch_size)
         check_fit_options(self.spec, known_replicas(scaling))
         self._trainer = Trainer(
             functools.partial(run_fit, self.spec),

@@ -29,7 +29,8 @@ class Result:
     committed checkpoint (a directory), if any. ``failures`` describes each
     failure survived or not, ``recoveries_s`` the time from each restart's
     start to the first resumed step, ``preemptions`` the restarts that
-    followed a termination notice (not counted as failures).
+    followed a termination notice (not counted as failures), ``resizes`` each
+    change of an elastic group's size.
     """
 
     metrics: dict[str, Any]
@@ -43,6 +44,7 @@ class Result:
     failures: list[str] = field(default_factory=list)
     recoveries_s: list[float] = field(default_factory=list)
     preemptions: int = 0
+    resizes: list[dict[str, Any]] = field(default_factory=list)
     # KerasTrainer only: the chief's final weights.
     weights: list[Any] | None = None
 
@@ -65,6 +67,8 @@ class Result:
             "attempts": self.attempts,
             "failures": self.failures,
             "preemptions": self.preemptions,
+            "world_size": len(self.worker_results),
+            "resizes": [f"{r['before']}->{r['after']} ({r['reason']})" for r in self.resizes],
             "recoveries_s": [round(r, 2) for r in self.recoveries_s],
             "checkpoint": self.checkpoint,
             "elapsed_s": round(elapsed_s, 3),
@@ -72,6 +76,8 @@ class Result:
             "digests_agree": len(digests) == 1 and None not in digests,
             "run_dir": self.path,
         }
+        if ranks and "examples_seen" in ranks[0]:
+            out["examples_seen"] = ranks[0]["examples_seen"]
         if self.history:
             out["history"] = self.history
         return out

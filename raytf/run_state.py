@@ -25,7 +25,9 @@ class RunState:
     run_dir: str
     state: str = "SCHEDULING"
     attempt: int = 0
-    num_workers: int = 0
+    num_workers: int = 0  # the most workers (max of an elastic range)
+    min_workers: int = 0
+    world_size: int | None = None  # workers in the current attempt
     driver_pid: int = field(default_factory=os.getpid)
     workers: list[dict[str, Any]] = field(default_factory=list)
     last_step: int | None = None
@@ -34,6 +36,8 @@ class RunState:
     recoveries_s: list[float] = field(default_factory=list)
     resumed_at: list[float] = field(default_factory=list)  # wall time of each first resumed step
     preemptions: int = 0
+    preemption_log: list[dict[str, Any]] = field(default_factory=list)  # drains, deadlines
+    resizes: list[dict[str, Any]] = field(default_factory=list)  # elastic size changes
     updated: float = 0.0
 
     def set_workers(self, infos: list, state: str) -> None:

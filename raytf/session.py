@@ -73,6 +73,11 @@ class Session:
         )
         scaling = scaling_config or ScalingConfig()
         run_config = run_config or RunConfig()
+        if scaling.is_elastic:
+            raise ConfigError(
+                f"ScalingConfig.num_workers = {scaling.num_workers}: a Session keeps one group "
+                "of a fixed size (resizing restarts it); give a number of workers"
+            )
         check_fit_options(spec, known_replicas(scaling))
         if run_config.failure_config.max_failures != 0:
             raise ConfigError(

@@ -13,6 +13,7 @@ import ray
 from raytf import autoscaling
 from raytf.config import RunConfig, ScalingConfig
 from raytf.controller import Controller
+from raytf.elastic import check_batch_splits
 from raytf.errors import ConfigError, UnsatisfiableResourcesError
 from raytf.placement import check_satisfiable
 from raytf.progress import Progress
@@ -54,7 +55,8 @@ def check_cluster(scaling: ScalingConfig) -> None:
     the placement waits (showing what it waits for) up to its timeout.
     """
     alive = alive_node_resources()
-    args = (scaling.worker_resources(), scaling.num_workers, scaling.placement_strategy)
+    # An elastic group starts with min workers: that many must fit, the rest may come later.
+    args = (scaling.worker_resources(), scaling.min_workers, scaling.placement_strategy)
     if not autoscaling.autoscaler_running():
         check_satisfiable(*args, alive)
         return
@@ -101,6 +103,7 @@ class Trainer:
         self.train_loop_config = dict(train_loop_config or {})
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
+        check_batch_splits(self.scaling_config)
 
     def fit(self) -> Result:
         """Train to the end and return the Result; raise TrainingFailedError otherwise."""

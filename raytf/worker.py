@@ -113,10 +113,22 @@ class RaytfWorker:
     def ping(self) -> int:
         return os.getpid()
 
-    def promote(self, rank: int, world_size: int, use_gpu: bool, gpu_ids: list[str]) -> None:
-        """Turn a standby into ``rank``; ``gpu_ids`` are its bundle's GPUs (Ray gave it none)."""
+    def warm(self) -> int:
+        """Answers once TensorFlow is imported: a spare is then ready to be promoted."""
+        self._tf.submit(int).result()
+        return os.getpid()
+
+    def promote(self, rank: int, world_size: int, use_gpu: bool, gpu_ids: list[str] | None) -> None:
+        """Turn a standby or spare into ``rank``.
+
+        ``gpu_ids`` are its bundle's GPUs for a zero-resource standby (Ray gave it
+        none); None for a spare holding its bundle's resources itself.
+        """
         if self._strategy is not None:
             raise RuntimeError("a worker that already joined a strategy cannot be promoted")
+        if gpu_ids is None:
+            ray_gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+            gpu_ids = [str(g) for g in ray_gpus]
         self.rank = rank
         self.world_size = world_size
         self._use_devices(tuple(gpu_ids), use_gpu, len(gpu_ids))

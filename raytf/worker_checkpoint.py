@@ -149,9 +149,14 @@ class WorkerCheckpointer:
                 with open(state_file) as f:
                     doc = json.load(f)
                 _set_rng_state(doc)
-                for name, value in doc.get("extra", {}).items():
-                    if name in self._extra:
-                        self._extra[name][1](value)
+            else:
+                # A rank new since a resize: its RNG starts fresh; state the group
+                # agrees on (all-reduced metric accumulators) is the chief's.
+                with open(os.path.join(local_dir, "state_rank0.json")) as f:
+                    doc = json.load(f)
+            for name, value in doc.get("extra", {}).items():
+                if name in self._extra:
+                    self._extra[name][1](value)
         except Exception as exc:  # noqa: BLE001 - any failure means this checkpoint is unusable
             raise CheckpointRestoreError(self.restore_url, f"{type(exc).__name__}: {exc}") from exc
         finally:

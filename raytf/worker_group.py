@@ -18,7 +18,9 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
 from raytf.devices import collective_implementation
+from raytf.elastic import WorldSize
 from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
+from raytf.slots import draining_nodes
 from raytf.tf_config import tf_config_json
 from raytf.worker import WorkerInfo, WorkerPoll
 from raytf.worker_pool import WorkerPool, kill_actor
@@ -40,8 +42,8 @@ class WorkerGroup:
         self._last_answer: list[float] = []
 
     # -- start-up ---------------------------------------------------------
-    def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> None:
-        self.pool.place(timeout_s, on_wait)
+    def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
+        return self.pool.place(timeout_s, on_wait)
 
     def start_actors(self) -> None:
         t0 = time.monotonic()
@@ -158,16 +160,10 @@ class WorkerGroup:
         if self.actors:
             self.actors[0].request_checkpoint.remote(reason)
 
-    def draining_nodes(self) -> set[str]:
-        """Nodes of this group that Ray is draining (e.g. a spot node about to go)."""
-        try:
-            from ray._private.state import state as gcs_state
-
-            draining = gcs_state.get_draining_nodes()
-        except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
-            logger.debug("draining-node query failed: %s", exc)
-            return set()
-        return {info.node_id for info in self.infos if info.node_id in draining}
+    def draining_nodes(self) -> dict[str, float]:
+        """This group's nodes that Ray is draining -> their deadlines (Unix seconds)."""
+        mine = {info.node_id for info in self.infos}
+        return {n: t for n, t in draining_nodes().items() if n in mine}
 
     # -- tear-down ----------------------------------------------------------
     def shutdown(self) -> None:
@@ -176,7 +172,7 @@ class WorkerGroup:
             kill_actor(actor)
         self.actors = []
         if self.infos:
-            self.pool.bundle_gpu_ids = {i.rank: list(i.gpu_ids) for i in self.infos}
+            self.pool.remember_gpus(self.infos)
 
 
 def _first_line(exc: BaseException) -> str:

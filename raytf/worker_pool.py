@@ -1,27 +1,28 @@
-"""The resources and spare processes a run keeps across attempts.
+"""The slots and spare processes a run keeps across attempts.
 
-The placement group is made once and kept: a restart does not give the
-cluster a chance to hand the room to someone else, and a bundle lost with its
-node is rescheduled by Ray on its own. Standbys are zero-resource actors in
-the same bundles with TensorFlow already imported; a restart promotes them
-instead of paying process start and TF import again, then makes new standbys
-once training is back.
+The slots (placement groups, see ``slots.py``) are made once and kept: a
+restart does not give the cluster a chance to hand the room to someone else,
+and a slot lost with its node is placed again by Ray on its own. Standbys are
+zero-resource actors in the active slots' bundles with TensorFlow already
+imported; a restart promotes them instead of paying process start and TF
+import again, then makes new standbys once training is back. An elastic group
+that can grow first starts a *spare* (a full actor) in each new slot and
+grows only once the spares have TF imported, so growing costs a restart, not
+an import.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raytf import autoscaling
 from raytf.config import ScalingConfig
-from raytf.errors import PlacementTimeoutError, WorkerSetupError
+from raytf.elastic import WorldSize, choose_world_size
+from raytf.errors import WorkerSetupError
+from raytf.slots import alive_node_ids, make_slots
 from raytf.worker import RaytfWorker
 
 logger = logging.getLogger("raytf")
@@ -44,76 +45,103 @@ def actor_options(bundle: dict[str, float]) -> dict:
     return options
 
 
-def bundle_label(bundle: dict[str, float], count: int) -> str:
-    inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(bundle.items()))
-    return f"{count} x {{{inner}}}"
-
-
 class WorkerPool:
     def __init__(self, scaling: ScalingConfig, *, run_name: str):
         self.scaling = scaling
         self.run_name = run_name
         self.bundle = scaling.worker_resources()
-        self.pg = None
-        self.standbys: dict[int, object] = {}  # bundle index -> standby actor
-        self.bundle_gpu_ids: dict[int, list[str]] = {}
+        self.slots = make_slots(scaling, run_name)
+        self.active: list[int] = []  # slot of each rank
+        self.size: WorldSize | None = None
+        self.standbys: dict[int, object] = {}  # slot -> zero-resource standby
+        self.spares: dict[int, tuple[object, object]] = {}  # slot -> (full actor, warm ref)
+        self.bundle_gpu_ids: dict[int, list[str]] = {}  # slot -> GPUs Ray gave its bundle
+        self._dead_nodes: set[str] = set()  # placed slots' nodes that stopped answering
+        self._first_ping: dict[int, object] = {}  # slot -> its standby's or spare's first ping
+        self._slot_nodes: dict[int, str] = {}  # where the active slots were placed
+        self.lost_nodes: set[str] = set()  # nodes of the last attempt found dead
         self._actor_cls = ray.remote(RaytfWorker)
 
-    def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> None:
-        """Reserve every worker's resources at once (again after a node loss), or time out."""
-        n = self.scaling.num_workers
-        if self.pg is None:
-            self.pg = placement_group(
-                [dict(self.bundle) for _ in range(n)],
-                strategy=self.scaling.placement_strategy,
-                name=f"raytf:{self.run_name}",
-            )
-        ready = self.pg.ready()
-        start = time.monotonic()
-        label = bundle_label(self.bundle, n)
-        asked = requested = False
-        while True:
-            done, _ = ray.wait([ready], timeout=1.0)
-            if done:
-                if requested:
-                    autoscaling.request([])  # placed: let idle nodes go when the run ends
-                return
-            if not asked:
-                # Not placed within a second: ask the autoscaler, if one can add nodes.
-                asked = True
-                if autoscaling.autoscaler_running():
-                    autoscaling.request([dict(self.bundle) for _ in range(n)])
-                    requested = True
-                    label += " (asked the autoscaler)"
-            waited = time.monotonic() - start
-            if waited >= timeout_s:
-                if requested:
-                    autoscaling.request([])
-                raise PlacementTimeoutError(
-                    f"waited {waited:.0f} s for {label} and the cluster never had room: "
-                    "other work holds the resources or the autoscaler added no nodes "
-                    "(RunConfig.placement_timeout_s sets the wait)"
-                )
-            on_wait(f"waiting for {label}", waited)
+    @property
+    def world_size(self) -> int:
+        return len(self.active)
 
-    def _strategy(self, index: int) -> PlacementGroupSchedulingStrategy:
-        return PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=index
-        )
+    def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
+        """Reserve (or find again) the slots for the next attempt; sets ``active``."""
+        # Ray takes seconds to declare a killed node dead: a slot whose standby or
+        # spare does not answer is on a dead node until Ray places it elsewhere.
+        dead = self._ping_all()
+        placed = self.slots.placed()
+        self._dead_nodes = {placed[s] for s in dead if s in placed}
+        alive = alive_node_ids()
+        self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
+        self.lost_nodes |= {n for n in self._slot_nodes.values() if n not in alive}
+        self.active, self.size = self.slots.place(timeout_s, on_wait, self._usable)
+        placed = self.slots.placed()
+        self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
+        return self.size
+
+    def _usable(self, placed: dict[int, str]) -> list[int]:
+        """Placed slots on nodes that answer; those with a warm process first."""
+        ok = [s for s, node in placed.items() if node not in self._dead_nodes]
+        return sorted(ok, key=lambda s: (s not in self.standbys and s not in self.spares, s))
+
+    def _ping_all(self) -> list[int]:
+        """Slots whose standby or spare stopped answering; those processes are killed.
+
+        Only processes that have answered before are judged: one still starting
+        (process start and Ray's worker set-up take seconds on a busy node) is
+        slow, not dead, and is left to Ray.
+        """
+        actors = {**self.standbys, **{s: a for s, (a, _) in self.spares.items()}}
+        actors = {s: a for s, a in actors.items() if self._answered(s)}
+        if not actors:
+            return []
+        refs = {s: a.ping.remote() for s, a in actors.items()}
+        ray.wait(list(refs.values()), num_returns=len(refs), timeout=STANDBY_PING_TIMEOUT_S)
+        dead = []
+        for slot, ref in refs.items():
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # noqa: BLE001 - dead or unreachable: replace it
+                dead.append(slot)
+                kill_actor(actors[slot])
+                self.standbys.pop(slot, None)
+                self.spares.pop(slot, None)
+        return dead
+
+    def _answered(self, slot: int) -> bool:
+        """Has the slot's standby or spare ever answered (or died: that is an answer too)?"""
+        ref = self._first_ping.get(slot)
+        return ref is not None and bool(ray.wait([ref], timeout=0)[0])
 
     def actors_for_ranks(self) -> list[tuple[object, bool]]:
-        """One actor per rank: a live standby promoted in place, else a new full actor.
+        """One actor per rank: a spare or live standby promoted in place, else a new actor.
 
-        Returns (actor, promoted) pairs. A standby that does not answer a ping
-        (its node died with it) is replaced by a new actor.
+        Returns (actor, promoted) pairs.
         """
-        n = self.scaling.num_workers
-        alive = self._live_standbys()
+        n = self.world_size
         out: list[tuple[object, bool]] = []
         promotions = []
-        for rank in range(n):
-            standby = alive.pop(rank, None)
-            gpu_ids = self.bundle_gpu_ids.get(rank)
+        for rank, slot in enumerate(self.active):
+            spare = self.spares.pop(slot, None)
+            standby = self.standbys.pop(slot, None)
+            if not self._answered(slot):
+                # Never answered: still starting (a new actor costs a few seconds
+                # more), or on a node that died (a promotion would hang until Ray
+                # notices). Only the first is cheap to be wrong about.
+                for unsure in (spare[0] if spare else None, standby):
+                    if unsure is not None:
+                        kill_actor(unsure)
+                spare = standby = None
+            gpu_ids = self.bundle_gpu_ids.get(slot)
+            if spare is not None:
+                # A spare holds its bundle's resources itself: it keeps the GPUs Ray gave it.
+                promotions.append(spare[0].promote.remote(rank, n, self.scaling.use_gpu, None))
+                out.append((spare[0], True))
+                if standby is not None:
+                    kill_actor(standby)
+                continue
             if standby is not None and (gpu_ids is not None or not self.scaling.use_gpu):
                 promotions.append(
                     standby.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids or [])
@@ -122,14 +150,7 @@ class WorkerPool:
                 continue
             if standby is not None:
                 kill_actor(standby)
-            actor = self._actor_cls.options(
-                **actor_options(self.bundle),
-                max_restarts=0,
-                max_concurrency=2,
-                scheduling_strategy=self._strategy(rank),
-            ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, WORKER_ENV)
-            out.append((actor, False))
-        self.standbys = {}
+            out.append((self._full_actor(slot, rank, n), False))
         try:
             # Workers run calls on two threads, in no fixed order: a promotion must be
             # complete before the next call (reserve) asks the worker for its rank.
@@ -140,43 +161,80 @@ class WorkerPool:
             raise WorkerSetupError(f"a standby died while being promoted: {exc}") from None
         return out
 
-    def _live_standbys(self) -> dict[int, object]:
-        if not self.standbys:
-            return {}
-        refs = {i: a.ping.remote() for i, a in self.standbys.items()}
-        ray.wait(list(refs.values()), num_returns=len(refs), timeout=STANDBY_PING_TIMEOUT_S)
-        alive = {}
-        for i, ref in refs.items():
-            try:
-                ray.get(ref, timeout=0)
-                alive[i] = self.standbys[i]
-            except Exception:  # noqa: BLE001 - dead or unreachable: replace it
-                kill_actor(self.standbys[i])
-        return alive
+    def _full_actor(self, slot: int, rank: int | None, n: int):
+        return self._actor_cls.options(
+            **actor_options(self.bundle),
+            max_restarts=0,
+            max_concurrency=2,
+            scheduling_strategy=self.slots.strategy(slot),
+        ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, WORKER_ENV)
+
+    def remember_gpus(self, infos: list) -> None:
+        """The GPUs each active slot's bundle holds, for standbys promoted there later."""
+        for info in infos:
+            if info.rank < len(self.active):
+                self.bundle_gpu_ids[self.active[info.rank]] = list(info.gpu_ids)
 
     def add_standbys(self) -> None:
-        """A zero-resource spare per bundle; each starts importing TF at once."""
-        for index in range(self.scaling.num_workers):
-            if index in self.standbys:
+        """A zero-resource spare per active slot; each starts importing TF at once."""
+        for slot in self.active:
+            if slot in self.standbys:
                 continue
-            self.standbys[index] = self._actor_cls.options(
+            self.standbys[slot] = self._actor_cls.options(
                 num_cpus=0,
                 num_gpus=0,
                 max_restarts=0,
                 max_concurrency=2,
-                scheduling_strategy=self._strategy(index),
-            ).remote(None, self.scaling.num_workers, self.scaling.use_gpu, 0, WORKER_ENV)
+                scheduling_strategy=self.slots.strategy(slot),
+            ).remote(None, self.world_size, self.scaling.use_gpu, 0, WORKER_ENV)
+            self._first_ping[slot] = self.standbys[slot].ping.remote()
+
+    # -- elastic growth ---------------------------------------------------------
+    def growth(self) -> tuple[WorldSize, list[int]] | None:
+        """A larger world size the placed slots now allow, and the slots it adds; else None."""
+        if not self.scaling.is_elastic:
+            return None
+        placed = self.slots.placed()
+        ok = [s for s, node in placed.items() if node not in self._dead_nodes]
+        size = choose_world_size(self.scaling, len(ok))
+        if size is None or size.workers <= self.world_size:
+            return None
+        new = sorted(s for s in ok if s not in self.active)
+        return size, new[: size.workers - self.world_size]
+
+    def warm_spares(self, slots: list[int]) -> bool:
+        """Start a spare in each slot (once); True when all of them have TF imported."""
+        refs = []
+        for slot in slots:
+            if slot not in self.spares:
+                actor = self._full_actor(slot, None, self.scaling.max_workers)
+                self.spares[slot] = (actor, actor.warm.remote())
+                self._first_ping[slot] = actor.ping.remote()
+            refs.append(self.spares[slot][1])
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return len(done) == len(refs)
+
+    def evict(self, node_ids: set[str]) -> list[int]:
+        """Give up the slots on these (draining) nodes, and the processes in them."""
+        slots = self.slots.evict(node_ids)
+        for slot in slots:
+            if slot in self.standbys:
+                kill_actor(self.standbys.pop(slot))
+            if slot in self.spares:
+                kill_actor(self.spares.pop(slot)[0])
+            self.bundle_gpu_ids.pop(slot, None)
+        if slots and not self.scaling.is_elastic:
+            # One placement group for all: every bundle moves, every standby goes with it.
+            for actor in self.standbys.values():
+                kill_actor(actor)
+            self.standbys, self.bundle_gpu_ids = {}, {}
+        return slots
 
     def close(self) -> None:
-        for actor in self.standbys.values():
+        for actor in [*self.standbys.values(), *(a for a, _ in self.spares.values())]:
             kill_actor(actor)
-        self.standbys = {}
-        if self.pg is not None:
-            try:
-                remove_placement_group(self.pg)
-            except Exception as exc:  # noqa: BLE001
-                logger.debug("remove_placement_group failed: %s", exc)
-            self.pg = None
+        self.standbys, self.spares = {}, {}
+        self.slots.close()
 
 
 def kill_actor(actor) -> None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from raytf.local_cluster import LocalCluster, LocalNode
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")
 KERAS_JOB = os.path.join(ROOT, "jobs", "train_keras.py")
@@ -17,6 +19,21 @@ KERAS_JOB = os.path.join(ROOT, "jobs", "train_keras.py")
 # Small but long enough to hit mid-run: 160 steps of ~35 ms, a checkpoint every 20.
 FAULT_ARGS = ["--workers", "2", "--steps", "160", "--seed", "3", "--checkpoint-every", "20"]
 FAULT_ARGS += ["--step-sleep", "0.03", "--report-every", "4"]
+
+
+# Faster dead-node detection than Ray's default, as an operator would tune a test cluster.
+FAST_HEALTH_CHECK = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+
+
+def three_nodes() -> LocalCluster:
+    """A head that runs no workers and three 1-CPU nodes: one worker per node."""
+    return LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=FAST_HEALTH_CHECK)
+
+
+def node_of(cluster: LocalCluster, state: dict, rank: int) -> LocalNode:
+    """The node the given rank runs on, as ``raytf status`` reports it."""
+    ip = next(w["node_ip"] for w in state["workers"] if w["rank"] == rank)
+    return next(n for n in cluster.nodes if n.ip == ip)
 
 
 class JobRun:

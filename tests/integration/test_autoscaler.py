@@ -68,6 +68,7 @@ def test_autoscaler_adds_nodes_for_the_group_and_removes_them_after(autoscaling_
 def test_group_no_node_type_can_hold_fails_at_once(autoscaling_cluster, tmp_path):
     # 5 workers of one GPU each, but the GPU node type has max_workers 4.
     cmd = [sys.executable, JOB, "--workers", "5", "--use-gpu", "--steps", "8"]
+    cmd += ["--batch-size", "160"]  # splits over 5: the error must be the cluster's
     cmd += ["--storage", str(tmp_path), "--name", "never"]
     t0 = time.monotonic()
     proc = subprocess.run(

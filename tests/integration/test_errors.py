@@ -3,6 +3,7 @@
 import time
 
 import pytest
+import ray
 
 import raytf
 
@@ -80,3 +81,28 @@ def test_unsatisfiable_request_fails_fast_with_numbers(ray_cluster, storage):
     with pytest.raises(raytf.UnsatisfiableResourcesError, match=r"fit 4 in all"):
         too_many.fit()
     assert not live_raytf_placement_groups()
+
+
+def test_elastic_minimum_never_placed_is_a_clear_error(ray_cluster, storage):
+    # Another job holds 3 of the 4 CPUs: an elastic (2, 3) group can place 1 worker.
+    other = ray.util.placement_group([{"CPU": 3}])
+    ray.get(other.ready())
+    try:
+        trainer = raytf.Trainer(
+            failing_loop,
+            scaling_config=raytf.ScalingConfig(num_workers=(2, 3), elastic_wait_s=0.5),
+            run_config=raytf.RunConfig(
+                name="min", storage_path=storage, verbose=0, placement_timeout_s=3
+            ),
+        )
+        t0 = time.monotonic()
+        with pytest.raises(raytf.TrainingFailedError) as info:
+            trainer.fit()
+        assert time.monotonic() - t0 < 30
+        message = str(info.value)
+        assert "could place 1 of the at least 2 workers" in message
+        assert "num_workers = (2, 3)" in message and "placement_timeout_s" in message
+        assert isinstance(info.value.causes[0], raytf.PlacementTimeoutError)
+    finally:
+        ray.util.remove_placement_group(other)
+    assert_nothing_left()

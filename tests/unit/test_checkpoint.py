@@ -103,7 +103,7 @@ def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(sto
     assert coord.on_parts([p10[1]], attempt=1)[0].step == 10
     p20 = write_parts(storage, 20)
     coord.on_parts([p20[0]], attempt=1)
-    coord.new_attempt()  # rank 1 died before writing its part
+    coord.new_attempt(2)  # rank 1 died before writing its part
     assert coord.on_parts([p20[1]], attempt=2) == []  # half a checkpoint never commits
     assert coord.restore_point().step == 10
 

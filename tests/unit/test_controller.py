@@ -2,9 +2,11 @@
 
 import pytest
 
+from raytf.checkpoint import CheckpointPart
 from raytf.config import FailureConfig, RunConfig, ScalingConfig
 from raytf.context import Report
 from raytf.controller import Controller, State
+from raytf.elastic import WorldSize
 from raytf.errors import (
     PlacementTimeoutError,
     PortClashError,
@@ -18,12 +20,27 @@ from raytf.worker import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
 
 
 class FakePool:
+    growth_script: list = []  # what growth() answers, call by call
+
     def __init__(self, scaling, *, run_name):
         self.closed = False
         self.standbys = 0
+        self.warmed = []
 
     def add_standbys(self):
         self.standbys += 1
+
+    lost_nodes: set = set()
+
+    def growth(self):
+        return FakePool.growth_script.pop(0) if FakePool.growth_script else None
+
+    def warm_spares(self, slots):
+        self.warmed.append(slots)
+        return True
+
+    def evict(self, nodes):
+        return []
 
     def close(self):
         self.closed = True
@@ -36,9 +53,10 @@ class FakeGroup:
     script: dict = {}
     created: list = []
     polls: list = []
+    requests: list = []
 
     def __init__(self, scaling, *, pool, attempt):
-        self.n = scaling.num_workers
+        self.n = self.script.get("sizes", {}).get(attempt, scaling.max_workers)
         self.attempt = attempt
         self.pool = pool
         self.promoted = 0
@@ -52,6 +70,7 @@ class FakeGroup:
         err = self.script.get("place_error")
         if err:
             raise err
+        return WorldSize(self.n)
 
     def start_actors(self):
         pass
@@ -72,7 +91,7 @@ class FakeGroup:
         return []
 
     def request_checkpoint(self, reason):
-        pass
+        FakeGroup.requests.append(reason)
 
     def draining_nodes(self):
         return set()
@@ -88,11 +107,13 @@ def report(rank, step, loss):
 def make_controller(tmp_path, script, n=2, failure_config=None):
     FakeGroup.script = script
     FakeGroup.created = []
+    FakeGroup.requests = []
     FakeGroup.polls = list(script.get("polls", []))
+    FakePool.growth_script = list(script.get("growth", []))
     ctrl = Controller(
         None,
         {},
-        ScalingConfig(num_workers=n),
+        ScalingConfig(num_workers=n, global_batch_size=script.get("batch")),
         RunConfig(
             name="t", storage_path=str(tmp_path), failure_config=failure_config or FailureConfig()
         ),
@@ -239,3 +260,46 @@ def test_root_cause_prefers_user_error_over_peer_abort():
     assert pick_root_cause([abort, user]) is user
     assert pick_root_cause([abort, died]) is died
     assert pick_root_cause([abort]) is abort
+
+
+def test_elastic_group_grows_at_the_checkpoint_it_asks_for(tmp_path, monkeypatch):
+    monkeypatch.setattr("raytf.controller.GROW_CHECK_INTERVAL_S", 0)
+    part = [CheckpointPart(r, 10, {}, 0.01, "resize") for r in range(2)]
+    polls = [
+        running(9, 9),
+        [WorkerPoll(r, RUNNING, parts=[part[r]], step=10) for r in range(2)],
+        [WorkerPoll(r, FINISHED, result=r) for r in range(3)],
+    ]
+    script = {
+        "polls": polls,
+        "sizes": {1: 2, 2: 3},
+        "growth": [(WorldSize(3), [2])],
+        "batch": 96,
+    }
+    ctrl = make_controller(tmp_path, script, n=(2, 3))
+    result = ctrl.run()
+    assert FakeGroup.requests == ["resize"]
+    assert [g.n for g in FakeGroup.created] == [2, 3]
+    assert result.attempts == 2 and result.failures == [] and result.preemptions == 0
+    (resize,) = result.resizes
+    assert (resize["before"], resize["after"], resize["reason"], resize["step"]) == (
+        2,
+        3,
+        "capacity returned",
+        10,
+    )
+    assert ctrl.status.world_size == 3
+
+
+def test_elastic_group_shrinks_after_a_failure_and_counts_it(tmp_path):
+    polls = [
+        [WorkerDiedError(0, "node gone"), WorkerPoll(1, RUNNING, step=5), None],
+        [WorkerPoll(r, FINISHED, result=r) for r in range(2)],
+    ]
+    script = {"polls": polls, "sizes": {1: 3, 2: 2}}
+    ctrl = make_controller(tmp_path, script, n=(2, 3), failure_config=FailureConfig(max_failures=1))
+    result = ctrl.run()
+    assert len(result.failures) == 1 and result.attempts == 2
+    assert [(r["before"], r["after"], r["reason"]) for r in result.resizes] == [
+        (3, 2, "worker died")
+    ]

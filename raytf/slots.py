@@ -1,0 +1,256 @@
+"""Where workers may run: the run's placement-group reservations, one slot per worker.
+
+A fixed-size group reserves all its slots in one placement group, so Ray's
+placement strategy (SPREAD, PACK, ...) covers the whole group and the
+reservation is all or nothing. An elastic group reserves each slot in a
+placement group of its own: slots then come and go one at a time. A slot
+whose node dies goes back to pending and Ray places it again as soon as a
+node has room (a node joins, the autoscaler adds one, which it does on its
+own for pending placement groups); the pool runs on the slots that are
+placed. The placement strategy then applies within each slot only.
+
+Both keep their reservations across attempts: a restart does not give the
+cluster a chance to hand the room to someone else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import ray
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raytf import autoscaling
+from raytf.config import ScalingConfig
+from raytf.elastic import WorldSize, choose_world_size
+from raytf.errors import PlacementTimeoutError
+
+logger = logging.getLogger("raytf")
+
+WAIT_POLL_S = 0.5
+
+
+def draining_nodes() -> dict[str, float]:
+    """Nodes Ray is draining (a spot node about to go) -> deadline (Unix seconds, 0 if none).
+
+    Empty if the query is unavailable. ``get_draining_nodes`` is Ray's own (private)
+    GCS query; ``ray drain-node`` and the autoscaler's preemption handling set it.
+    """
+    try:
+        from ray._private.state import state as gcs_state
+
+        return {n: ms / 1000.0 for n, ms in gcs_state.get_draining_nodes().items()}
+    except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
+        logger.debug("draining-node query failed: %s", exc)
+        return {}
+
+
+def alive_node_ids() -> set[str]:
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def bundle_label(bundle: dict[str, float], count: int) -> str:
+    inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(bundle.items()))
+    return f"{count} x {{{inner}}}"
+
+
+class _AutoscalerAsk:
+    """Ask the autoscaler for the whole group once placement has waited a second, if one
+    can add nodes; withdraw the request when placed or given up."""
+
+    def __init__(self, bundle: dict[str, float], count: int):
+        self.bundles = [dict(bundle) for _ in range(count)]
+        self.asked = self.requested = False
+
+    def maybe_ask(self) -> bool:
+        if not self.asked:
+            self.asked = True
+            if autoscaling.autoscaler_running():
+                autoscaling.request(self.bundles)
+                self.requested = True
+                return True
+        return False
+
+    def withdraw(self) -> None:
+        if self.requested:
+            autoscaling.request([])
+            self.requested = False
+
+
+class FixedSlots:
+    """All slots in one placement group: placed together, strategy across the group."""
+
+    def __init__(self, scaling: ScalingConfig, name: str):
+        self.scaling = scaling
+        self.name = name
+        self.bundle = scaling.worker_resources()
+        self.pg = None
+
+    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.pg, placement_group_bundle_index=slot
+        )
+
+    def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
+        """Reserve every worker's resources at once (again after a node loss), or time out."""
+        n = self.scaling.num_workers
+        if self.pg is None:
+            self.pg = placement_group(
+                [dict(self.bundle) for _ in range(n)],
+                strategy=self.scaling.placement_strategy,
+                name=f"raytf:{self.name}",
+            )
+        ready = self.pg.ready()
+        start = time.monotonic()
+        label = bundle_label(self.bundle, n)
+        ask = _AutoscalerAsk(self.bundle, n)
+        while True:
+            done, _ = ray.wait([ready], timeout=1.0)
+            if done:
+                ask.withdraw()  # placed: let idle nodes go when the run ends
+                return list(range(n)), WorldSize(n)
+            if ask.maybe_ask():
+                label += " (asked the autoscaler)"
+            waited = time.monotonic() - start
+            if waited >= timeout_s:
+                ask.withdraw()
+                raise PlacementTimeoutError(
+                    f"waited {waited:.0f} s for {label} and the cluster never had room: "
+                    "other work holds the resources or the autoscaler added no nodes "
+                    "(RunConfig.placement_timeout_s sets the wait)"
+                )
+            on_wait(f"waiting for {label}", waited)
+
+    def evict(self, node_ids: set[str]) -> list[int]:
+        """Move off draining nodes: a group-wide strategy means re-placing the whole group."""
+        if self.pg is None or not node_ids:
+            return []
+        table = placement_group_table(self.pg)
+        on = [s for s, node in table.get("bundles_to_node_id", {}).items() if node in node_ids]
+        if on:
+            self.close()
+        return on
+
+    def placed(self) -> dict[int, str]:
+        """Slot -> node, as Ray placed the bundles."""
+        if self.pg is None:
+            return {}
+        return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
+
+    def close(self) -> None:
+        if self.pg is not None:
+            _remove(self.pg)
+            self.pg = None
+
+
+class ElasticSlots:
+    """One placement group per slot: each slot is placed, lost and placed again on its own."""
+
+    def __init__(self, scaling: ScalingConfig, name: str):
+        self.scaling = scaling
+        self.name = name
+        self.bundle = scaling.worker_resources()
+        self.pgs: list = [None] * scaling.max_workers
+
+    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.pgs[slot], placement_group_bundle_index=0
+        )
+
+    def _ensure(self) -> None:
+        for slot, pg in enumerate(self.pgs):
+            if pg is None:
+                self.pgs[slot] = placement_group(
+                    [dict(self.bundle)],
+                    strategy=self.scaling.placement_strategy,
+                    name=f"raytf:{self.name}:slot{slot}",
+                )
+
+    def placed(self) -> dict[int, str]:
+        """Slot -> node for slots placed on a live node that is not draining."""
+        self._ensure()
+        table = placement_group_table()
+        alive = alive_node_ids()
+        leaving = draining_nodes()
+        out = {}
+        for slot, pg in enumerate(self.pgs):
+            entry = table.get(pg.id.hex(), {})
+            node = entry.get("bundles_to_node_id", {}).get(0)
+            if entry.get("state") == "CREATED" and node in alive and node not in leaving:
+                out[slot] = node
+        return out
+
+    def place(
+        self,
+        timeout_s: float,
+        on_wait: Callable[[str, float], None],
+        usable: Callable[[dict[int, str]], list[int]],
+    ) -> tuple[list[int], WorldSize]:
+        """The slots to run on: as many as can be had (up to max), once at least min can.
+
+        Waits up to ``elastic_wait_s`` for the best size before settling for fewer,
+        and up to ``timeout_s`` for ``min``. ``usable`` filters the placed slots
+        (the pool drops slots whose processes do not answer: a node that died but
+        that Ray has not declared dead yet).
+        """
+        s = self.scaling
+        best = choose_world_size(s, s.max_workers)
+        start = time.monotonic()
+        ask = _AutoscalerAsk(self.bundle, s.max_workers)
+        extra = ""
+        while True:
+            slots = usable(self.placed())
+            size = choose_world_size(s, len(slots))
+            waited = time.monotonic() - start
+            if size is not None and (size == best or waited >= s.elastic_wait_s):
+                ask.withdraw()
+                return slots[: size.workers], size
+            if waited >= 1.0 and ask.maybe_ask():
+                extra = " (asked the autoscaler)"
+            if waited >= timeout_s:
+                ask.withdraw()
+                raise PlacementTimeoutError(
+                    f"waited {waited:.0f} s and could place {len(slots)} of the at least "
+                    f"{s.min_workers} workers ScalingConfig.num_workers = {s.num_workers} "
+                    f"needs ({bundle_label(self.bundle, 1)} each){extra}: other work holds "
+                    "the resources or the nodes are gone (RunConfig.placement_timeout_s "
+                    "sets the wait)"
+                )
+            want = s.min_workers if size is None else s.max_workers
+            on_wait(f"{len(slots)} of {want} workers placed{extra}", waited)
+            time.sleep(WAIT_POLL_S)
+
+    def evict(self, node_ids: set[str]) -> list[int]:
+        """Give up the slots on draining nodes; they wait for room elsewhere."""
+        if not node_ids:
+            return []
+        table = placement_group_table()
+        out = []
+        for slot, pg in enumerate(self.pgs):
+            node = table.get(pg.id.hex(), {}).get("bundles_to_node_id", {}).get(0)
+            if node in node_ids:
+                _remove(pg)
+                self.pgs[slot] = None
+                out.append(slot)
+        self._ensure()
+        return out
+
+    def close(self) -> None:
+        for pg in self.pgs:
+            if pg is not None:
+                _remove(pg)
+        self.pgs = [None] * len(self.pgs)
+
+
+def make_slots(scaling: ScalingConfig, name: str) -> FixedSlots | ElasticSlots:
+    return ElasticSlots(scaling, name) if scaling.is_elastic else FixedSlots(scaling, name)
+
+
+def _remove(pg) -> None:
+    try:
+        remove_placement_group(pg)
+    except Exception as exc:  # noqa: BLE001 - already gone is fine
+        logger.debug("remove_placement_group failed: %s", exc)
