@@ -17,8 +17,9 @@ SCHEDULING: after a failure it runs on the slots still placed (never fewer
 than min); while RUNNING it watches for slots placed again and, once spares
 there have TF imported, asks for a checkpoint and restarts larger from it. A
 drained node (preemption) gets a checkpoint before its deadline; the restart
-then leaves that node. ``worker_group_cls`` can be swapped for a fake so the
-transitions are tested without Ray.
+then leaves that node. Those decisions live in ``resizing.Resizer``.
+``worker_group_cls`` can be swapped for a fake so the transitions are tested
+without Ray.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import Any
 
 from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
-from raytf.elastic import Resize
 from raytf.errors import (
     CheckpointRestoreError,
     PlacementTimeoutError,
@@ -52,6 +52,7 @@ from raytf.failure_policy import (
     pick_root_cause,
 )
 from raytf.progress import Progress
+from raytf.resizing import PREEMPTION, RESIZE, Resizer
 from raytf.result import Result
 from raytf.run_state import RunState, load_previous
 from raytf.storage import Storage
@@ -64,8 +65,6 @@ logger = logging.getLogger("raytf")
 
 POLL_INTERVAL_S = float(os.environ.get("RAYTF_POLL_INTERVAL_S", "0.2"))
 MAX_PORT_RETRIES = int(os.environ.get("RAYTF_MAX_PORT_RETRIES", "3"))
-DRAIN_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_DRAIN_CHECK_INTERVAL_S", "1.0"))
-GROW_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_GROW_CHECK_INTERVAL_S", "2.0"))
 COLLATERAL_GRACE_S = float(os.environ.get("RAYTF_COLLATERAL_GRACE_S", "1.0"))
 
 
@@ -118,15 +117,9 @@ class Controller:
         self.finished_ranks: set[int] = set()
         self.failures: list[Failure] = []
         self.error: BaseException | None = None
-        self.restart_reason: Failure | str | None = None  # or "preemption" / "resize"
+        self.restart_reason: Failure | str | None = None  # or PREEMPTION / RESIZE
         self.notice: str | None = None
         self.preemptions = 0
-        self._last_world: int | None = None  # the previous attempt's size
-        self._resize_why = ""  # why the coming attempt may differ in size
-        self._grow_ready = False  # spares are warm: restart larger at the next commit
-        self._last_grow_check = 0.0
-        self._draining: dict[str, float] = {}  # node -> deadline, for this attempt
-        self._resize_from: int | None = None  # the size before a resize, until it resumes
         previous = load_previous(self.storage)
         self.status = RunState(
             name=run_config.name, run_dir=self.run_dir, num_workers=scaling.max_workers
@@ -134,12 +127,12 @@ class Controller:
         self.status.min_workers = scaling.min_workers
         self.status.resizes = previous.get("resizes", [])
         self.status.preemption_log = previous.get("preemption_log", [])
+        self.resizer = Resizer(scaling, self.status, progress)
         self.status.attempt = previous.get("attempt", 0)
         self.status.failures = previous.get("failures", [])
         self.attempt = self.status.attempt
         self.started = self.clock()
         self.watchdog = Watchdog(run_config.failure_config, self.started)
-        self._last_drain_check = 0.0
         # An interactive session listens here for the workers' answers to its commands.
         self.on_reply: Callable[[Any], None] | None = None
         self._beats: dict[int, int] = {}
@@ -184,14 +177,7 @@ class Controller:
         except PlacementTimeoutError as exc:
             return self._fail(exc)
         self.world_size = size.workers
-        self.status.world_size = size.workers
-        if self.pool.lost_nodes and self._resize_why not in ("preemption", "capacity returned"):
-            self._resize_why = "node lost"
-        if size.note:
-            self.progress.message(size.note)
-        if self._last_world is not None and size.workers != self._last_world:
-            self._resize_from = self._last_world
-        self._last_world = size.workers
+        self.resizer.placed(size, self.pool.lost_nodes)
         return State.STARTING
 
     def _start(self) -> State:
@@ -213,14 +199,10 @@ class Controller:
         restored = restore.step if restore else 0
         self.status.last_step = restored
         self._trim_history(restored)
-        if self._resize_from is not None:
-            self._on_resize(self._resize_from, self.world_size, restored)
-            self._resize_from = None
+        self.resizer.started(self.attempt, restored)
         self.ckpts.new_attempt(self.world_size)
         self.finished_ranks.clear()
         self.worker_results = [None] * self.world_size
-        self._grow_ready = False
-        self._draining = {}
         self._record_workers("running")
         ckpt_args = {
             "dir": self.ckpts.dir,
@@ -267,7 +249,7 @@ class Controller:
                 errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
                 root = pick_root_cause(errors)
             return self._on_failure(root)
-        if self.restart_reason in ("preemption", "resize"):
+        if self.restart_reason in (PREEMPTION, RESIZE):
             return State.RESTARTING
         if len(self.finished_ranks) == self.world_size:
             return State.FINISHED
@@ -276,8 +258,13 @@ class Controller:
             return self._on_failure(hang)
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
-        self._check_drain(now)
-        self._check_growth(now)
+        if not self.notice:
+            notice = self.resizer.check_drain(now, self.group)
+            if notice:
+                self._on_notice(notice)
+                self.group.request_checkpoint("termination")
+            else:
+                self.resizer.check_growth(now, self.pool, self.group)
         # Each poll is an actor call that takes the worker's GIL: keep them few.
         time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
         return State.RUNNING
@@ -287,19 +274,20 @@ class Controller:
         reason = self.restart_reason
         self.restart_reason = None
         self.watchdog.restart_began(self.clock())
-        if reason == "preemption":
+        if reason == PREEMPTION:
             self.preemptions += 1
             self.notice = None
-            left = self.pool.evict(set(self._draining)) if self._draining else []
+            draining = self.resizer.draining
+            left = self.pool.evict(set(draining)) if draining else []
             moved = f", leaving {len(left)} slot(s) on draining nodes" if left else ""
             self.progress.message(f"restarting the group after its termination checkpoint{moved}")
-            self._resize_why = "preemption"
+            self.resizer.restarting("preemption")
             return State.SCHEDULING
-        if reason == "resize":
-            self._resize_why = "capacity returned"
+        if reason == RESIZE:
+            self.resizer.restarting("capacity returned")
             return State.SCHEDULING
         assert isinstance(reason, Failure)
-        self._resize_why = reason.kind.value.replace("_", " ")  # "node lost" once placed
+        self.resizer.restarting(reason.kind.value.replace("_", " "))  # or "node lost", placed
         if isinstance(reason.cause, CheckpointRestoreError) and self.ckpts.latest:
             self.ckpts.mark_bad(self.ckpts.latest.step, reason.cause.detail)
         counted = sum(1 for f in self.failures if f.kind.counts)
@@ -345,12 +333,9 @@ class Controller:
             self.status.checkpoints = self.ckpts.committed_steps[-20:]
             if self.run_config.verbose >= 2:
                 self.progress.message(f"committed checkpoint at step {ckpt.step}")
-            if ckpt.manifest["reason"] == "termination":
-                self.progress.message(f"termination checkpoint committed at step {ckpt.step}")
-                self.restart_reason = "preemption"
-                self._log_preemption(ckpt)
-            elif self._grow_ready and self.restart_reason is None:
-                self.restart_reason = "resize"
+            why = self.resizer.committed(ckpt)
+            if why is not None and (why == PREEMPTION or self.restart_reason is None):
+                self.restart_reason = why
         if poll.notice and not self.notice:
             self._on_notice(poll.notice)
         # Last: a session that asked for a checkpoint finds it committed when the answer comes.
@@ -363,67 +348,6 @@ class Controller:
         self.progress.message(
             f"termination notice ({notice}): checkpoint at the next step, then restart"
         )
-
-    def _check_drain(self, now: float) -> None:
-        if self.notice or now - self._last_drain_check < DRAIN_CHECK_INTERVAL_S:
-            return
-        self._last_drain_check = now
-        draining = self.group.draining_nodes()
-        if draining:
-            self._draining = draining
-            node, deadline = min(draining.items(), key=lambda kv: kv[1] or float("inf"))
-            left = f", {deadline - time.time():.0f} s before its deadline" if deadline else ""
-            self._on_notice(f"node {node[:12]} is draining{left}")
-            self.status.preemption_log.append(
-                {"node_id": node, "deadline": deadline or None, "noticed_at": time.time()}
-            )
-            self.group.request_checkpoint("termination")
-
-    def _log_preemption(self, ckpt) -> None:
-        """Did the termination checkpoint beat the drain deadline? ``raytf status`` shows it."""
-        if self._draining and self.status.preemption_log:
-            entry = self.status.preemption_log[-1]
-            entry["checkpoint_step"] = ckpt.step
-            entry["committed_at"] = ckpt.manifest["committed_at"]
-            if entry.get("deadline"):
-                entry["seconds_to_spare"] = round(entry["deadline"] - entry["committed_at"], 3)
-
-    def _check_growth(self, now: float) -> None:
-        """Elastic: slots placed again (a node joined) -> warm spares there, then grow."""
-        if (
-            not self.scaling.is_elastic
-            or self._grow_ready
-            or self.notice
-            or now - self._last_grow_check < GROW_CHECK_INTERVAL_S
-        ):
-            return
-        self._last_grow_check = now
-        growth = self.pool.growth()
-        if growth is None:
-            return
-        size, slots = growth
-        if self.pool.warm_spares(slots):
-            self._grow_ready = True
-            self.progress.message(
-                f"room for {size.workers} workers again: checkpoint, then restart at that size"
-            )
-            self.group.request_checkpoint("resize")
-
-    def _on_resize(self, before: int, after: int, step: int) -> None:
-        resize = Resize(
-            attempt=self.attempt,
-            before=before,
-            after=after,
-            reason=self._resize_why or "placement",
-            step=step,
-        )
-        self.status.resizes.append(resize.to_dict())
-        batch = self.scaling.global_batch_size
-        kept = ""
-        if batch:
-            per = batch // (after * self.scaling.replicas_per_worker)
-            kept = f"; global batch stays {batch}, {per} per replica"
-        self.progress.message(f"{resize.describe()}{kept}")
 
     # -- failure ----------------------------------------------------------------
     def _on_failure(self, cause: BaseException) -> State:

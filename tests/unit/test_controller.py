@@ -21,6 +21,7 @@ from raytf.worker import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
 
 class FakePool:
     growth_script: list = []  # what growth() answers, call by call
+    evicted: list = []
 
     def __init__(self, scaling, *, run_name):
         self.closed = False
@@ -40,7 +41,8 @@ class FakePool:
         return True
 
     def evict(self, nodes):
-        return []
+        FakePool.evicted.append(set(nodes))
+        return sorted(nodes)
 
     def close(self):
         self.closed = True
@@ -94,7 +96,7 @@ class FakeGroup:
         FakeGroup.requests.append(reason)
 
     def draining_nodes(self):
-        return set()
+        return self.script.get("draining", {})
 
     def shutdown(self):
         self.shut = True
@@ -110,6 +112,7 @@ def make_controller(tmp_path, script, n=2, failure_config=None):
     FakeGroup.requests = []
     FakeGroup.polls = list(script.get("polls", []))
     FakePool.growth_script = list(script.get("growth", []))
+    FakePool.evicted = []
     ctrl = Controller(
         None,
         {},
@@ -263,7 +266,7 @@ def test_root_cause_prefers_user_error_over_peer_abort():
 
 
 def test_elastic_group_grows_at_the_checkpoint_it_asks_for(tmp_path, monkeypatch):
-    monkeypatch.setattr("raytf.controller.GROW_CHECK_INTERVAL_S", 0)
+    monkeypatch.setattr("raytf.resizing.GROW_CHECK_INTERVAL_S", 0)
     part = [CheckpointPart(r, 10, {}, 0.01, "resize") for r in range(2)]
     polls = [
         running(9, 9),
@@ -302,4 +305,26 @@ def test_elastic_group_shrinks_after_a_failure_and_counts_it(tmp_path):
     assert len(result.failures) == 1 and result.attempts == 2
     assert [(r["before"], r["after"], r["reason"]) for r in result.resizes] == [
         (3, 2, "worker died")
+    ]
+
+
+def test_drained_node_gets_a_checkpoint_then_the_group_leaves_it(tmp_path):
+    deadline = 2e9
+    part = [CheckpointPart(r, 7, {}, 0.01, "termination") for r in range(3)]
+    polls = [
+        running(6, 6, 6),
+        [WorkerPoll(r, RUNNING, parts=[part[r]], step=7) for r in range(3)],
+        [WorkerPoll(r, FINISHED, result=r) for r in range(2)],
+    ]
+    script = {"polls": polls, "sizes": {1: 3, 2: 2}, "draining": {"node-b": deadline}}
+    ctrl = make_controller(tmp_path, script, n=(2, 3))
+    result = ctrl.run()
+    assert FakeGroup.requests == ["termination"]
+    assert FakePool.evicted == [{"node-b"}]  # the restart left the draining node
+    assert result.failures == [] and result.preemptions == 1 and result.attempts == 2
+    (entry,) = ctrl.status.preemption_log
+    assert entry["node_id"] == "node-b" and entry["checkpoint_step"] == 7
+    assert entry["seconds_to_spare"] > 0
+    assert [(r["before"], r["after"], r["reason"], r["step"]) for r in result.resizes] == [
+        (3, 2, "preemption", 7)
     ]
