@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -116,10 +117,11 @@ def train_loop(config: dict) -> dict:
         return strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, hits, axis=None)
 
     step_sleep = float(config.get("step_sleep", 0.0))
+    slow_while = config.get("slow_while")  # a fault test paces the run until it is done
     reported = start
     for step in range(start + 1, steps + 1):
         loss, hits = train_step(iterator)
-        if step_sleep:
+        if step_sleep and (not slow_while or os.path.exists(slow_while)):
             time.sleep(step_sleep)  # stands in for a heavier model in fault tests
         ctx.step_end(step)  # a checkpoint the driver asked for is taken here
         if step % report_every == 0 or step == steps:
@@ -161,6 +163,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--count-examples", action="store_true", help="count each example's uses")
     p.add_argument("--placement-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--slow-while", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -178,6 +181,7 @@ def main(argv=None) -> dict:
             "seed": args.seed,
             "report_every": args.report_every,
             "step_sleep": args.step_sleep,
+            "slow_while": args.slow_while,
             "count_examples": args.count_examples,
         },
         scaling_config=raytf.ScalingConfig(

@@ -54,7 +54,7 @@ from raytf.failure_policy import (
 from raytf.progress import Progress
 from raytf.resizing import PREEMPTION, RESIZE, Resizer
 from raytf.result import Result
-from raytf.run_state import RunState, load_previous
+from raytf.run_state import RunState
 from raytf.storage import Storage
 from raytf.watchdog import Watchdog
 from raytf.worker import FAILED, FINISHED, WorkerPoll
@@ -118,18 +118,11 @@ class Controller:
         self.failures: list[Failure] = []
         self.error: BaseException | None = None
         self.restart_reason: Failure | str | None = None  # or PREEMPTION / RESIZE
-        self.notice: str | None = None
         self.preemptions = 0
-        previous = load_previous(self.storage)
-        self.status = RunState(
-            name=run_config.name, run_dir=self.run_dir, num_workers=scaling.max_workers
+        self.status = RunState.continuing(
+            self.storage, name=run_config.name, run_dir=self.run_dir, scaling=scaling
         )
-        self.status.min_workers = scaling.min_workers
-        self.status.resizes = previous.get("resizes", [])
-        self.status.preemption_log = previous.get("preemption_log", [])
         self.resizer = Resizer(scaling, self.status, progress)
-        self.status.attempt = previous.get("attempt", 0)
-        self.status.failures = previous.get("failures", [])
         self.attempt = self.status.attempt
         self.started = self.clock()
         self.watchdog = Watchdog(run_config.failure_config, self.started)
@@ -258,13 +251,7 @@ class Controller:
             return self._on_failure(hang)
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
-        if not self.notice:
-            notice = self.resizer.check_drain(now, self.group)
-            if notice:
-                self._on_notice(notice)
-                self.group.request_checkpoint("termination")
-            else:
-                self.resizer.check_growth(now, self.pool, self.group)
+        self.resizer.poll(now, self.group, self.pool)
         # Each poll is an actor call that takes the worker's GIL: keep them few.
         time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
         return State.RUNNING
@@ -276,12 +263,7 @@ class Controller:
         self.watchdog.restart_began(self.clock())
         if reason == PREEMPTION:
             self.preemptions += 1
-            self.notice = None
-            draining = self.resizer.draining
-            left = self.pool.evict(set(draining)) if draining else []
-            moved = f", leaving {len(left)} slot(s) on draining nodes" if left else ""
-            self.progress.message(f"restarting the group after its termination checkpoint{moved}")
-            self.resizer.restarting("preemption")
+            self.resizer.preempted(self.pool)
             return State.SCHEDULING
         if reason == RESIZE:
             self.resizer.restarting("capacity returned")
@@ -336,39 +318,24 @@ class Controller:
             why = self.resizer.committed(ckpt)
             if why is not None and (why == PREEMPTION or self.restart_reason is None):
                 self.restart_reason = why
-        if poll.notice and not self.notice:
-            self._on_notice(poll.notice)
+        if poll.notice:
+            self.resizer.on_notice(poll.notice)
         # Last: a session that asked for a checkpoint finds it committed when the answer comes.
         if poll.replies and self.on_reply is not None:
             for reply in poll.replies:
                 self.on_reply(reply)
 
-    def _on_notice(self, notice: str) -> None:
-        self.notice = notice
-        self.progress.message(
-            f"termination notice ({notice}): checkpoint at the next step, then restart"
-        )
-
     # -- failure ----------------------------------------------------------------
     def _on_failure(self, cause: BaseException) -> State:
         failure = Failure(classify(cause), cause, self.attempt)
         self.failures.append(failure)
-        self.status.failures.append(
-            {
-                "attempt": failure.attempt,
-                "kind": failure.kind.value,
-                "cause": f"{type(cause).__name__}: {cause}",
-                "time": failure.at,
-            }
-        )
+        self.status.add_failure(failure.attempt, failure.kind.value, cause, failure.at)
         self.restart_reason = failure
         return State.RESTARTING
 
     def _fail(self, cause: BaseException) -> State:
         self.error = cause
-        self.status.failures.append(
-            {"attempt": self.attempt, "kind": "fatal", "cause": f"{type(cause).__name__}: {cause}"}
-        )
+        self.status.add_failure(self.attempt, "fatal", cause, time.time())
         return State.ERRORED
 
     # -- bookkeeping ------------------------------------------------------------

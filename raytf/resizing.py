@@ -1,12 +1,13 @@
-"""The driver's view of capacity coming and going: drains, growth, and each resize.
+"""The driver's view of capacity coming and going: notices, drains, growth, resizes.
 
 The controller owns the state machine; this object owns what an elastic or
-preemptible group adds to it, and is called at fixed points: a restart is
-decided (``restarting``), slots are placed (``placed``), an attempt starts
-(``started``), a checkpoint commits (``committed``), and on every poll
-(``check_drain``, ``check_growth``). Its decisions come back as restart
-reasons ("preemption", "resize") the controller acts on; its records land in
-``RunState`` for ``raytf status``.
+preemptible group adds to it, and is called at fixed points: every poll
+(``poll``: drains and growth), a worker's termination notice (``on_notice``),
+a checkpoint commits (``committed``), a restart is decided (``restarting``,
+``preempted``), slots are placed (``placed``), an attempt starts
+(``started``). Its decisions come back as restart reasons ("preemption",
+"resize") the controller acts on; its records land in ``RunState`` for
+``raytf status``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Resizer:
         self.status = status
         self.progress = progress
         self.why = ""  # why the coming attempt may differ in size
+        self.notice: str | None = None  # a termination notice this attempt acts on
         self.draining: dict[str, float] = {}  # this attempt's draining nodes -> deadlines
         self.grow_ready = False  # spares are warm: restart larger at the next commit
         self._last_world: int | None = None
@@ -41,8 +43,35 @@ class Resizer:
         self._last_grow_check = 0.0
 
     # -- the controller's fixed points ------------------------------------------
+    def poll(self, now: float, group: Any, pool: Any) -> None:
+        """While running: a drained node means a termination checkpoint; else look for room."""
+        if self.notice:
+            return
+        notice = self._check_drain(now, group)
+        if notice:
+            self.on_notice(notice)
+            group.request_checkpoint("termination")
+        else:
+            self._check_growth(now, pool, group)
+
+    def on_notice(self, notice: str) -> None:
+        """A termination notice (a drain, or a SIGTERM a worker's TF notifier caught)."""
+        if self.notice is None:
+            self.notice = notice
+            self.progress.message(
+                f"termination notice ({notice}): checkpoint at the next step, then restart"
+            )
+
     def restarting(self, why: str) -> None:
         self.why = why
+
+    def preempted(self, pool: Any) -> None:
+        """The termination checkpoint is committed: restart, off the draining nodes."""
+        self.notice = None
+        left = pool.evict(set(self.draining)) if self.draining else []
+        moved = f", leaving {len(left)} slot(s) on draining nodes" if left else ""
+        self.progress.message(f"restarting the group after its termination checkpoint{moved}")
+        self.why = "preemption"
 
     def placed(self, size: WorldSize, lost_nodes: set[str]) -> None:
         self.status.world_size = size.workers
@@ -60,6 +89,7 @@ class Resizer:
             self._resize_from = None
         self.grow_ready = False
         self.draining = {}
+        self.notice = None  # new processes; a node still draining is seen again
 
     def committed(self, ckpt: CommittedCheckpoint) -> str | None:
         """A restart reason if this checkpoint was the one a drain or a growth waited for."""
@@ -70,7 +100,7 @@ class Resizer:
         return RESIZE if self.grow_ready else None
 
     # -- every poll -----------------------------------------------------------------
-    def check_drain(self, now: float, group: Any) -> str | None:
+    def _check_drain(self, now: float, group: Any) -> str | None:
         """A notice to act on if Ray drains one of the group's nodes (at most once a second)."""
         if now - self._last_drain_check < DRAIN_CHECK_INTERVAL_S:
             return None
@@ -86,7 +116,7 @@ class Resizer:
         left = f", {deadline - time.time():.0f} s before its deadline" if deadline else ""
         return f"node {node[:12]} is draining{left}"
 
-    def check_growth(self, now: float, pool: Any, group: Any) -> None:
+    def _check_growth(self, now: float, pool: Any, group: Any) -> None:
         """Elastic: slots placed again (a node joined) -> warm spares there, then grow."""
         if (
             not self.scaling.is_elastic

@@ -40,6 +40,28 @@ class RunState:
     resizes: list[dict[str, Any]] = field(default_factory=list)  # elastic size changes
     updated: float = 0.0
 
+    @classmethod
+    def continuing(cls, storage: Storage, *, name: str, run_dir: str, scaling) -> RunState:
+        """A driver's state, continuing a previous driver's of the same run where one ran:
+        attempts, failures, resizes and drains are the run's, not one driver's."""
+        previous = load_previous(storage)
+        state = cls(name=name, run_dir=run_dir, num_workers=scaling.max_workers)
+        state.min_workers = scaling.min_workers
+        for key in ("attempt", "failures", "resizes", "preemption_log"):
+            if key in previous:
+                setattr(state, key, previous[key])
+        return state
+
+    def add_failure(self, attempt: int, kind: str, cause: BaseException, at: float) -> None:
+        self.failures.append(
+            {
+                "attempt": attempt,
+                "kind": kind,
+                "cause": f"{type(cause).__name__}: {cause}",
+                "time": at,
+            }
+        )
+
     def set_workers(self, infos: list, state: str) -> None:
         """One entry per rank: where it runs, so operators (and tests) can find it."""
         self.workers = [

@@ -52,7 +52,6 @@ class WorkerPool:
         self.bundle = scaling.worker_resources()
         self.slots = make_slots(scaling, run_name)
         self.active: list[int] = []  # slot of each rank
-        self.size: WorldSize | None = None
         self.standbys: dict[int, object] = {}  # slot -> zero-resource standby
         self.spares: dict[int, tuple[object, object]] = {}  # slot -> (full actor, warm ref)
         self.bundle_gpu_ids: dict[int, list[str]] = {}  # slot -> GPUs Ray gave its bundle
@@ -76,10 +75,10 @@ class WorkerPool:
         alive = alive_node_ids()
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
         self.lost_nodes |= {n for n in self._slot_nodes.values() if n not in alive}
-        self.active, self.size = self.slots.place(timeout_s, on_wait, self._usable)
+        self.active, size = self.slots.place(timeout_s, on_wait, self._usable)
         placed = self.slots.placed()
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
-        return self.size
+        return size
 
     def _usable(self, placed: dict[int, str]) -> list[int]:
         """Placed slots on nodes that answer; those with a warm process first."""

@@ -60,7 +60,10 @@ def running_at(size: int, resizes: int):
 def test_elastic_group_shrinks_grows_and_leaves_a_draining_node(tmp_path):
     with three_nodes() as cluster:
         env = cluster.client_env()
-        run = JobRun(str(tmp_path), "elastic", *ELASTIC, env=env).start()
+        pacing = tmp_path / "pace"  # steps stay slow while the faults come, fast after
+        pacing.touch()
+        args = [*ELASTIC, "--slow-while", str(pacing)]
+        run = JobRun(str(tmp_path), "elastic", *args, env=env).start()
         try:
             state = wait_state(
                 run,
@@ -98,6 +101,7 @@ def test_elastic_group_shrinks_grows_and_leaves_a_draining_node(tmp_path):
             log = state["preemption_log"][-1]
             moved = state["resumed_at"][-1] - log["committed_at"]
             cluster.kill_node(drained.index)  # the cloud takes the node at its deadline
+            pacing.unlink()
             rc, summary = run.finish()
         finally:
             run.stop()
