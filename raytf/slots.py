@@ -126,10 +126,7 @@ class FixedSlots:
 
     def evict(self, node_ids: set[str]) -> list[int]:
         """Move off draining nodes: a group-wide strategy means re-placing the whole group."""
-        if self.pg is None or not node_ids:
-            return []
-        table = placement_group_table(self.pg)
-        on = [s for s, node in table.get("bundles_to_node_id", {}).items() if node in node_ids]
+        on = [s for s, node in self.placed().items() if node in node_ids]
         if on:
             self.close()
         return on
