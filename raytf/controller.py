@@ -66,6 +66,7 @@ logger = logging.getLogger("raytf")
 POLL_INTERVAL_S = float(os.environ.get("RAYTF_POLL_INTERVAL_S", "0.2"))
 MAX_PORT_RETRIES = int(os.environ.get("RAYTF_MAX_PORT_RETRIES", "3"))
 COLLATERAL_GRACE_S = float(os.environ.get("RAYTF_COLLATERAL_GRACE_S", "1.0"))
+SLOW_DRIVER_S = 5.0  # a rank's finish seen this late is worth a line
 
 
 class State(enum.Enum):
@@ -232,6 +233,9 @@ class Controller:
                 elif poll.state == FINISHED and rank not in self.finished_ranks:
                     self.finished_ranks.add(rank)
                     self.worker_results[rank] = poll.result
+                    late = time.time() - (poll.ended_at or time.time())
+                    if late > SLOW_DRIVER_S:
+                        self.progress.message(f"driver: saw rank {rank} finish {late:.1f} s late")
         if errors:
             root = pick_root_cause(errors)
             if classify(root) is FailureKind.COLLECTIVE:

@@ -14,6 +14,7 @@ import inspect
 import os
 import socket
 import sys
+import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class WorkerPoll:
     beats: int = 0  # heartbeats from work between steps (evaluation)
     error: BaseException | None = None
     result: Any = None
+    ended_at: float | None = None  # wall time the user's function returned or raised
 
 
 def _import_tensorflow() -> None:
@@ -100,6 +102,7 @@ class RaytfWorker:
         self._strategy = None
         self._checkpointer: WorkerCheckpointer | None = None
         self._run: Future | None = None
+        self._ended_at: float | None = None
 
     def __repr__(self) -> str:
         # Ray prefixes each line this actor prints with its repr: "(raytf rank=1 pid=...)".
@@ -212,6 +215,8 @@ class RaytfWorker:
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means
             tb = traceback.format_exc()
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
+        finally:
+            self._ended_at = time.time()  # lets the driver tell a slow worker from a late poll
 
     def request_checkpoint(self, reason: str) -> None:
         """Chief only: have the group save at the next step boundary."""
@@ -241,4 +246,5 @@ class RaytfWorker:
             beats=self._buffer.beats,
             error=value if state == FAILED else None,
             result=value if state == FINISHED else None,
+            ended_at=self._ended_at if done else None,
         )
