@@ -193,8 +193,7 @@ class WorkerPool:
         """A larger world size the placed slots now allow, and the slots it adds; else None."""
         if not self.scaling.is_elastic:
             return None
-        placed = self.slots.placed()
-        ok = [s for s, node in placed.items() if node not in self._dead_nodes]
+        ok = self._usable(self.slots.placed())
         size = choose_world_size(self.scaling, len(ok))
         if size is None or size.workers <= self.world_size:
             return None
