@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.raytf-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit lint clean
+.PHONY: setup demo test test-unit bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# raytf vs hand-launched MWMS vs Ray Train, side by side; writes docs/benchmarks.md (~30 min).
+bench: setup
+	$(BIN)/python jobs/benchmark.py --out docs/benchmarks.md
 
 test-unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

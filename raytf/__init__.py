@@ -1,23 +1,40 @@
-"""raytf: a Ray-orchestrated cluster trainer for TensorFlow's MultiWorkerMirroredStrategy."""
+"""raytf: a Ray-orchestrated cluster trainer for TensorFlow's MultiWorkerMirroredStrategy.
 
-from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from raytf.context import TrainContext, get_context, report, step_end
-from raytf.errors import (
-    ConfigError,
-    PlacementTimeoutError,
-    RaytfError,
-    TrainingFailedError,
-    UnsatisfiableResourcesError,
-    WorkerDiedError,
-    WorkerError,
-    WorkerHangError,
-)
-from raytf.keras_trainer import KerasTrainer
-from raytf.result import Result
-from raytf.session import Session, SessionClosedError
-from raytf.trainer import Trainer
+The public names load on first use (PEP 562): a process that only needs a
+leaf module (``raytf.synthetic``, the benchmark's hand-launched MWMS workers)
+does not pay for importing Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "CheckpointConfig": "raytf.config",
+    "FailureConfig": "raytf.config",
+    "RunConfig": "raytf.config",
+    "ScalingConfig": "raytf.config",
+    "TrainContext": "raytf.context",
+    "get_context": "raytf.context",
+    "report": "raytf.context",
+    "step_end": "raytf.context",
+    "ConfigError": "raytf.errors",
+    "PlacementTimeoutError": "raytf.errors",
+    "RaytfError": "raytf.errors",
+    "TrainingFailedError": "raytf.errors",
+    "UnsatisfiableResourcesError": "raytf.errors",
+    "WorkerDiedError": "raytf.errors",
+    "WorkerError": "raytf.errors",
+    "WorkerHangError": "raytf.errors",
+    "KerasTrainer": "raytf.keras_trainer",
+    "Result": "raytf.result",
+    "Session": "raytf.session",
+    "SessionClosedError": "raytf.session",
+    "Trainer": "raytf.trainer",
+}
 
 __all__ = [
     "CheckpointConfig",
@@ -36,9 +53,41 @@ __all__ = [
     "TrainingFailedError",
     "UnsatisfiableResourcesError",
     "WorkerDiedError",
-    "WorkerHangError",
     "WorkerError",
+    "WorkerHangError",
     "get_context",
     "report",
     "step_end",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raytf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from raytf.context import TrainContext, get_context, report, step_end
+    from raytf.errors import (
+        ConfigError,
+        PlacementTimeoutError,
+        RaytfError,
+        TrainingFailedError,
+        UnsatisfiableResourcesError,
+        WorkerDiedError,
+        WorkerError,
+        WorkerHangError,
+    )
+    from raytf.keras_trainer import KerasTrainer
+    from raytf.result import Result
+    from raytf.session import Session, SessionClosedError
+    from raytf.trainer import Trainer

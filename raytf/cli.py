@@ -49,6 +49,13 @@ def _validate(args: argparse.Namespace) -> int:
     return 2 if errors else 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from raytf.bench.main import main as bench_main
+
+    bench_main(args.args)
+    return 0
+
+
 def _version(_: argparse.Namespace) -> int:
     from raytf import __version__
 
@@ -74,12 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     from raytf.local_cli import add_parser as add_local
 
     add_local(sub)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark raytf against hand-launched MWMS and Ray Train (raytf bench --help)",
+        add_help=False,
+    )
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=_bench)
     version = sub.add_parser("version", help="print raytf's version")
     version.set_defaults(func=_version)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its own parser takes every option after the word
+        return _bench(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -54,6 +54,7 @@ from raytf.failure_policy import (
 from raytf.progress import Progress
 from raytf.resizing import PREEMPTION, RESIZE, Resizer
 from raytf.result import Result
+from raytf.round_times import RoundTimes
 from raytf.run_state import RunState
 from raytf.storage import Storage
 from raytf.watchdog import Watchdog
@@ -130,6 +131,7 @@ class Controller:
         # An interactive session listens here for the workers' answers to its commands.
         self.on_reply: Callable[[Any], None] | None = None
         self._beats: dict[int, int] = {}
+        self.rounds = RoundTimes()
 
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
@@ -222,6 +224,7 @@ class Controller:
     def _poll(self) -> State:
         assert self.group is not None
         now = self.clock()
+        cpu0 = time.thread_time()
         errors: list[BaseException] = []
         for rank, poll in enumerate(self.group.poll(POLL_INTERVAL_S)):
             if isinstance(poll, WorkerDiedError):
@@ -256,6 +259,7 @@ class Controller:
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
         self.resizer.poll(now, self.group, self.pool)
+        self.rounds.add(self.clock() - now, time.thread_time() - cpu0)
         # Each poll is an actor call that takes the worker's GIL: keep them few.
         time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
         return State.RUNNING
@@ -383,6 +387,7 @@ class Controller:
             recoveries_s=list(self.watchdog.recoveries_s),
             preemptions=self.preemptions,
             resizes=list(self.status.resizes),
+            driver_round_ms=self.rounds.summary_ms(),
         )
         if state is State.FINISHED:
             self.progress.finish(

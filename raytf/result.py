@@ -30,7 +30,10 @@ class Result:
     failure survived or not, ``recoveries_s`` the time from each restart's
     start to the first resumed step, ``preemptions`` the restarts that
     followed a termination notice (not counted as failures), ``resizes`` each
-    change of an elastic group's size.
+    change of an elastic group's size. ``driver_round_ms`` is what one round of
+    the driver's loop cost while training ran (median, p90, max over
+    ``rounds``, in ms; its sleep between polls excluded): the control plane's
+    own share, which grows with the number of workers.
     """
 
     metrics: dict[str, Any]
@@ -45,6 +48,7 @@ class Result:
     recoveries_s: list[float] = field(default_factory=list)
     preemptions: int = 0
     resizes: list[dict[str, Any]] = field(default_factory=list)
+    driver_round_ms: dict[str, float] = field(default_factory=dict)
     # KerasTrainer only: the chief's final weights.
     weights: list[Any] | None = None
 

@@ -118,6 +118,7 @@ def make_controller(
     scaling: ScalingConfig,
     run_config: RunConfig,
     what: str = "run",
+    controller_cls: type[Controller] = Controller,
 ) -> Controller:
     """Join or start Ray, rule out a cluster that can never hold the group, make the driver.
 
@@ -130,4 +131,4 @@ def make_controller(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
     )
     progress.message(f"{what} {run_config.name} in {run_config.run_dir}")
-    return Controller(ray.put(fn), config, scaling, run_config, progress)
+    return controller_cls(ray.put(fn), config, scaling, run_config, progress)

@@ -96,13 +96,20 @@ class RaytfWorker:
             ray_gpus = ctx.get_accelerator_ids().get("GPU", [])
             self._use_devices(tuple(str(g) for g in ray_gpus), use_gpu, gpus)
         self._tf = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-tf")
-        self._tf.submit(_import_tensorflow)
+        self._tf.submit(self._warm_up)
         self._buffer = _ReportBuffer()
         self._port_sock: socket.socket | None = None
         self._strategy = None
         self._checkpointer: WorkerCheckpointer | None = None
         self._run: Future | None = None
         self._ended_at: float | None = None
+
+    # What a new process does on its TF thread before anything else. The
+    # benchmark's control-plane test swaps these three for TF-free stand-ins.
+    _warm_up = staticmethod(_import_tensorflow)
+
+    def _start_watchers(self, checkpointer: WorkerCheckpointer) -> None:
+        checkpointer.start_watchers()
 
     def __repr__(self) -> str:
         # Ray prefixes each line this actor prints with its repr: "(raytf rank=1 pid=...)".
@@ -192,7 +199,7 @@ class RaytfWorker:
             restore_url=ckpt.get("restore_url"),
             on_part=self._buffer.put,
         )
-        self._checkpointer.start_watchers()
+        self._start_watchers(self._checkpointer)
         context = TrainContext(
             strategy=self._strategy,
             rank=self.rank,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from raytf.checkpoint import TF_PREFIX, CheckpointPart
+from raytf.checkpoint_writer import CheckpointWriter
 from raytf.errors import CheckpointRestoreError
 from raytf.storage import Storage
 
@@ -108,6 +109,7 @@ class WorkerCheckpointer:
         self.on_part = on_part
         self.ckpt = None
         self._step_var = None
+        self._writer: CheckpointWriter | None = None
         self._lock = threading.Lock()
         self._pending_reason: str | None = None  # chief: a save was asked for
         self._target: tuple[int, str] | None = None  # agreed (step, reason)
@@ -136,6 +138,7 @@ class WorkerCheckpointer:
             raise RuntimeError("restore() was already called in this worker")
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="raytf_step")
         self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
+        self._writer = CheckpointWriter(self.ckpt, trackables)
         self._last_step = 0
         if self.restore_url is None:
             return 0
@@ -252,7 +255,7 @@ class WorkerCheckpointer:
         staging = real or tempfile.mkdtemp(prefix="raytf-save-")
         scratch = staging if self.rank == 0 else tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
         os.makedirs(staging, exist_ok=True)
-        self.ckpt.write(os.path.join(scratch, TF_PREFIX))
+        self._writer.write(os.path.join(scratch, TF_PREFIX))
         files = {}
         if self.rank == 0:
             files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
 from raytf.devices import collective_implementation
@@ -136,20 +136,36 @@ class WorkerGroup:
             if self._inflight[rank] is None:
                 self._inflight[rank] = actor.poll.remote()
         pending = [ref for ref in self._inflight if ref is not None]
-        ray.wait(pending, num_returns=len(pending), timeout=wait_s)
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
         now = time.monotonic()
+        answers = self._get_ready(ready)
         out: list[WorkerPoll | WorkerDiedError | None] = []
         for rank, ref in enumerate(self._inflight):
-            try:
-                out.append(ray.get(ref, timeout=0))
-            except GetTimeoutError:
+            if ref not in answers:
                 out.append(None)
                 continue
-            except RayActorError as exc:
-                out.append(WorkerDiedError(rank, _first_line(exc)))
+            answer = answers[ref]
+            if isinstance(answer, RayActorError):
+                answer = WorkerDiedError(rank, _first_line(answer))
+            out.append(answer)
             self._inflight[rank] = None
             self._last_answer[rank] = now
         return out
+
+    @staticmethod
+    def _get_ready(ready: list) -> dict:
+        """Answers of the ready refs, one ``ray.get`` for all (one call a round, not one
+        per worker); a dead actor's ref maps to its RayActorError."""
+        try:
+            return dict(zip(ready, ray.get(ready)))
+        except RayActorError:
+            out = {}
+            for ref in ready:
+                try:
+                    out[ref] = ray.get(ref)
+                except RayActorError as exc:
+                    out[ref] = exc
+            return out
 
     def silent_ranks(self, for_s: float) -> list[int]:
         now = time.monotonic()

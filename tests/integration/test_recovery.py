@@ -15,17 +15,6 @@ from .jobrun import FAULT_ARGS, JobRun
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def reference(cluster_env, tmp_path_factory):
-    """The uninterrupted run every faulty run must match."""
-    storage = str(tmp_path_factory.mktemp("ref"))
-    run = JobRun(storage, "ref", *FAULT_ARGS, env=cluster_env).start()
-    rc, summary = run.finish()
-    assert rc == 0 and summary, run.output()[-3000:]
-    assert summary["attempts"] == 1 and summary["digests_agree"]
-    return summary
-
-
 def run_job(storage, name, env, *extra):
     return JobRun(storage, name, *FAULT_ARGS, *extra, env=env).start()
 

@@ -133,3 +133,33 @@ def test_file_url_storage_works_like_a_path(tmp_path):
 def test_bad_checkpoint_config(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         CheckpointConfig(**kwargs)
+
+
+# -- the traced checkpoint writer's guard ---------------------------------------------
+class _Holder:
+    def __init__(self, n):
+        self.variables = [object()] * n
+
+
+class _Var:
+    shape = ()
+
+    def assign(self, value):
+        pass
+
+
+def test_variables_signature_counts_what_each_tracked_object_holds():
+    from raytf.checkpoint_writer import variables_signature
+
+    model, optimizer = _Holder(6), _Holder(2)
+    tracked = {"model": model, "optimizer": optimizer, "seen": _Var()}
+    before = variables_signature(tracked)
+    assert before == (6, 2, 1)
+    optimizer.variables = [object()] * 14  # Keras builds its slots at the first step
+    assert variables_signature(tracked) != before  # so the traced save is traced again
+
+
+def test_variables_signature_gives_up_on_objects_that_do_not_list_their_variables():
+    from raytf.checkpoint_writer import variables_signature
+
+    assert variables_signature({"model": _Holder(1), "iterator": object()}) is None

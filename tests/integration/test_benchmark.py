@@ -1,0 +1,54 @@
+"""The benchmark job in smoke mode: every figure of every way is produced, and positive.
+
+Its own driver process with its own embedded Ray instance, as a user runs it
+(the real, timed runs are ``make bench``, never a test). Ray Train's plain
+run is part of it (the test extra installs ``ray[train]``); its checkpoint
+and recovery runs are left to the full benchmark.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .jobrun import ROOT
+
+pytestmark = pytest.mark.slow
+
+BASE = ("e2e_s", "first_step_s", "step_ms", "rss_mb")
+
+
+def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
+    out, md = tmp_path / "figures.json", tmp_path / "bench.md"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "jobs", "benchmark.py"), "--smoke"]
+        + ["--workloads", "mlp", "--json", str(out), "--out", str(md)]
+        + ["--storage", str(tmp_path / "scratch")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]
+    for way in ("raytf", "mwms", "raytrain"):
+        (base,) = runs[f"mlp/{way}/base"]
+        assert all(base[k] > 0 for k in BASE), (way, base)
+        assert "report_ms" in base, way  # an excess over the median step: may be about 0
+        assert base["digests_agree"], way
+    (ckpt,) = runs["mlp/raytf/ckpt"]
+    (rec,) = runs["mlp/raytf/recovery"]
+    assert ckpt["loop_s"] > 0 and "ckpt_excess_pct" in ckpt and ckpt["first_save_ms"] > 0
+    assert rec["recovery_s"] > 0 and rec["digests_agree"], rec
+    assert "mlp/raytrain/recovery" not in runs  # smoke: Ray Train's plain run only
+    summary = doc["summary"]["mlp"]
+    assert summary["e2e_s"]["raytf/mwms"] > 0 and summary["e2e_s"]["raytf/raytrain"] > 0
+    assert summary["ckpt_overhead_pct"]["raytf"] is not None
+    assert [row["workers"] for row in doc["scale"]] == [2, 4]
+    assert all(row["median"] > 0 and row["rounds"] > 0 for row in doc["scale"])
+    text = md.read_text()
+    assert "| end-to-end" in text and "Control plane" in text and "Machine:" in text
