@@ -160,10 +160,11 @@ class CheckpointConfig:
     by the driver, which then asks the group to save at the next step boundary.
     Both may be set. ``num_to_keep`` counts committed checkpoints only.
 
-    Saves are synchronous: on the example model a save costs the loop about
-    30 ms (1.5 steps). TF's async checkpointing fails on Keras 3 variables
-    under MWMS (it re-creates variables inside a tf.function), and would only
-    hide a cost this small.
+    Saves are synchronous and traced (``checkpoint_writer``): on the example
+    model each save after an attempt's first costs the loop about 20 ms (3.6 %
+    of the time at one save per 50 steps of 11 ms; docs/benchmarks.md); the
+    first one traces the save, 150-280 ms. TF's async checkpointing fails on
+    Keras 3 variables (it re-creates variables inside a tf.function).
     """
 
     num_to_keep: int | None = None

@@ -54,6 +54,14 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+# What `ray start` prints when its node could not register with the GCS in time.
+STARTUP_TIMED_OUT = "timed out during startup"
+
+
+class _RegistrationTimeout(RuntimeError):
+    """`ray start` gave up waiting for the GCS: a loaded machine, worth one more try."""
+
+
 @dataclass
 class LocalNode:
     """One ``ray start --block`` process, the leader of its own session (pgid == pid)."""
@@ -182,6 +190,20 @@ class LocalCluster:
         )
 
     def _start_node(self, *, head: bool, cpus: int, gpus: int) -> LocalNode:
+        """Start one node; a joining node whose ``ray start`` timed out registering with
+        a busy GCS (Ray's "timed out during startup") is started once more, on new ports."""
+        for attempt in (1, 2):
+            try:
+                return self._start_node_once(head=head, cpus=cpus, gpus=gpus)
+            except _RegistrationTimeout:
+                node = self.nodes.pop()
+                node.signal(signal.SIGKILL)  # whatever of it still runs
+                node.wait(10)
+                if head or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_node_once(self, *, head: bool, cpus: int, gpus: int) -> LocalNode:
         index = len(self.nodes)
         ip = f"127.0.0.{2 + index}"
         ports = {
@@ -254,7 +276,8 @@ class LocalCluster:
             if READY_MARKER in text:
                 return
             if not node.alive:
-                raise RuntimeError(f"ray start for node {node.index} exited:\n{text[-3000:]}")
+                error = _RegistrationTimeout if STARTUP_TIMED_OUT in text else RuntimeError
+                raise error(f"ray start for node {node.index} exited:\n{text[-3000:]}")
             time.sleep(0.2)
         raise RuntimeError(f"node {node.index} did not start in {START_TIMEOUT_S:.0f} s")
 

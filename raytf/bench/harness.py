@@ -51,11 +51,11 @@ class Killer(threading.Thread):
                 return
 
 
-def _steps_at(end: dict, every: int) -> list[float]:
-    """The times of the steps that are multiples of ``every``, warm-up excluded."""
+def _steps_at(end: dict, every: int, first_index: int = WARMUP_STEPS) -> list[float]:
+    """The times of the attempt's steps that are multiples of ``every``, from ``first_index``."""
     first = end["after"] + 1
     times = end["step_s"]
-    return [times[i] for i in range(WARMUP_STEPS, len(times)) if (first + i) % every == 0]
+    return [times[i] for i in range(first_index, len(times)) if (first + i) % every == 0]
 
 
 def figures(
@@ -91,7 +91,7 @@ def figures(
         # Within the run: what the steps that saved took beyond a median step. An
         # attempt's first save pays one-time costs (raytf traces its save function)
         # and is shown apart; the later ones are what a long run pays every interval.
-        saved = _steps_at(ends[0], every)
+        saved = _steps_at(ends[0], every, first_index=0)
         if saved:
             out["first_save_ms"] = 1000 * (saved[0] - median)
         if len(saved) > 1:

@@ -71,11 +71,12 @@ def plan(args) -> list[tuple[str, str, str, dict]]:
     """(workload, way, kind, options) for one repeat, ways interleaved.
 
     The floor has no checkpoints or recovery of its own. In smoke mode Ray
-    Train makes its plain run only: its start-up alone is about 20 s here.
+    Train makes its plain run only (its start-up alone is about 20 s here), and
+    raytf no separate checkpoint run: its recovery run saves too.
     """
     ways = [w for w in args.ways.split(",") if w]
     ckpt = {"checkpoint_every": args.checkpoint_every}
-    kinds = [("base", {}), ("ckpt", ckpt)]
+    kinds = [("base", {})] + ([] if args.smoke else [("ckpt", ckpt)])
     if not args.no_recovery:
         kinds.append(("recovery", {**ckpt, "kill_after_s": args.kill_after}))
     out = []

@@ -40,14 +40,13 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
         assert all(base[k] > 0 for k in BASE), (way, base)
         assert "report_ms" in base, way  # an excess over the median step: may be about 0
         assert base["digests_agree"], way
-    (ckpt,) = runs["mlp/raytf/ckpt"]
-    (rec,) = runs["mlp/raytf/recovery"]
-    assert ckpt["loop_s"] > 0 and "ckpt_excess_pct" in ckpt and ckpt["first_save_ms"] > 0
+    (rec,) = runs["mlp/raytf/recovery"]  # smoke: it also gives the checkpoint figures
     assert rec["recovery_s"] > 0 and rec["digests_agree"], rec
+    assert "ckpt_excess_pct" in rec and rec["first_save_ms"] > 0, rec
     assert "mlp/raytrain/recovery" not in runs  # smoke: Ray Train's plain run only
     summary = doc["summary"]["mlp"]
     assert summary["e2e_s"]["raytf/mwms"] > 0 and summary["e2e_s"]["raytf/raytrain"] > 0
-    assert summary["ckpt_overhead_pct"]["raytf"] is not None
+    assert summary["recovery_s"]["raytf"] > 0
     assert [row["workers"] for row in doc["scale"]] == [2, 4]
     assert all(row["median"] > 0 and row["rounds"] > 0 for row in doc["scale"])
     text = md.read_text()
