@@ -38,9 +38,8 @@ class CheckpointWriter:
     def __init__(self, ckpt, trackables: dict):
         self.ckpt = ckpt
         self.trackables = trackables
-        self._signature: tuple[int, ...] | None = None
+        self._signature: tuple[int, ...] | None = None  # of the trace below
         self._traced = None
-        self.traces = 0
 
     def write(self, prefix: str) -> None:
         """Save to ``prefix`` (a local path; its directory is made if missing)."""
@@ -50,9 +49,8 @@ class CheckpointWriter:
         if sig is None:
             self.ckpt.write(prefix)
             return
-        if sig != self._signature or self._traced is None:
+        if sig != self._signature:
             self._traced = tf.function(self.ckpt.write)
             self._signature = sig
-            self.traces += 1
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # the eager write does this
         self._traced(tf.constant(prefix))
