@@ -26,7 +26,7 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# raytf vs hand-launched MWMS vs Ray Train, side by side; writes docs/benchmarks.md (~30 min).
+# raytf vs hand-launched MWMS vs Ray Train, side by side; writes docs/benchmarks.md (~40 min).
 bench: setup
 	$(BIN)/python jobs/benchmark.py --out docs/benchmarks.md
 

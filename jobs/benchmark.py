@@ -1,6 +1,6 @@
 """The benchmark: one workload three ways side by side (raytf, hand-launched MWMS, Ray Train).
 
-    python jobs/benchmark.py --out docs/benchmarks.md     # the full run (about 30 min here)
+    python jobs/benchmark.py --out docs/benchmarks.md     # the full run (about 40 min here)
     python jobs/benchmark.py --smoke                      # every figure at tiny sizes
     python jobs/benchmark.py --use-gpu --workers 4        # on a machine with 4 GPUs
 
