@@ -20,6 +20,9 @@ _EXPORTS = {
     "TrainContext": "raytf.context",
     "get_context": "raytf.context",
     "report": "raytf.context",
+    "get_dataset_shard": "raytf.context",
+    "DataShard": "raytf.data_shard",
+    "DataShardError": "raytf.errors",
     "step_end": "raytf.context",
     "ConfigError": "raytf.errors",
     "PlacementTimeoutError": "raytf.errors",
@@ -39,6 +42,8 @@ _EXPORTS = {
 __all__ = [
     "CheckpointConfig",
     "ConfigError",
+    "DataShard",
+    "DataShardError",
     "FailureConfig",
     "KerasTrainer",
     "PlacementTimeoutError",
@@ -56,6 +61,7 @@ __all__ = [
     "WorkerError",
     "WorkerHangError",
     "get_context",
+    "get_dataset_shard",
     "report",
     "step_end",
 ]
@@ -76,9 +82,11 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from raytf.context import TrainContext, get_context, report, step_end
+    from raytf.context import TrainContext, get_context, get_dataset_shard, report, step_end
+    from raytf.data_shard import DataShard
     from raytf.errors import (
         ConfigError,
+        DataShardError,
         PlacementTimeoutError,
         RaytfError,
         TrainingFailedError,

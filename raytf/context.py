@@ -53,6 +53,7 @@ class _ReportBuffer:
     step: int | None = None
     waiting: bool = False  # blocked on the next session command: idle, not hung
     beats: int = 0  # work that is not a training step (evaluation) shows it is alive
+    positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
     commands: queue.Queue = field(default_factory=queue.Queue)
 
     def put(self, item: Any) -> None:
@@ -80,6 +81,7 @@ class TrainContext:
         run_dir: str,
         buffer: _ReportBuffer,
         checkpointer: Any = None,
+        shards: dict[str, Any] | None = None,
     ):
         self.strategy = strategy
         self.rank = rank
@@ -90,6 +92,8 @@ class TrainContext:
         self.run_dir = run_dir
         self._buffer = buffer
         self._checkpointer = checkpointer
+        self._iterators = dict(shards or {})
+        self._shards: dict[str, Any] = {}
 
     @property
     def is_chief(self) -> bool:
@@ -113,6 +117,32 @@ class TrainContext:
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
         clean = {str(k): _to_python(v) for k, v in metrics.items()}
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
+
+    def get_dataset_shard(self, name: str) -> Any:
+        """This rank's shard of the trainer's dataset ``name`` (a ``raytf.DataShard``).
+
+        ``shard.to_tf(features, labels, global_batch_size=B)`` reads it as a
+        ``tf.data.Dataset`` of per-replica batches, one epoch per iteration.
+        """
+        if name not in self._shards:
+            if name not in self._iterators:
+                given = sorted(self._iterators) or "none"
+                raise KeyError(
+                    f"no dataset named {name!r}: the trainer's datasets are {given} "
+                    "(Trainer(datasets={...}))"
+                )
+            from raytf.data_shard import DataShard
+
+            self._shards[name] = DataShard(
+                name,
+                self._iterators[name]["iterator"],
+                schema=self._iterators[name]["schema"],
+                rank=self.rank,
+                num_replicas=self.num_replicas,
+                on_epoch=self._buffer.put,
+                position=self._buffer.positions,
+            )
+        return self._shards[name]
 
     def restore(self, **trackables: Any) -> int:
         """Name what a checkpoint holds (model, optimizer, ...) and restore it when resuming.
@@ -192,6 +222,11 @@ def get_context() -> TrainContext:
 def step_end(step: int) -> None:
     """Shortcut for ``get_context().step_end(step)``."""
     get_context().step_end(step)
+
+
+def get_dataset_shard(name: str) -> Any:
+    """Shortcut for ``get_context().get_dataset_shard(name)``."""
+    return get_context().get_dataset_shard(name)
 
 
 def report(metrics: dict[str, Any], *, examples: int | None = None) -> None:

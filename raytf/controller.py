@@ -6,6 +6,8 @@
         |  (port clash)     RESTARTING -> ERRORED
         +-----------------------+
 
+    any state -> STOPPED  (``request_stop``: a Tune scheduler ended the trial)
+
 Each state is one method that does its work and returns the next state;
 ``run`` only loops until a terminal state. A restart always replaces the whole
 group (a strategy cannot be re-made in a live process) and resumes from the
@@ -33,8 +35,10 @@ from typing import Any
 
 from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
+from raytf.datasets import DataFeed, ShardCheck
 from raytf.errors import (
     CheckpointRestoreError,
+    DataShardError,
     PlacementTimeoutError,
     PortClashError,
     TrainingFailedError,
@@ -77,10 +81,11 @@ class State(enum.Enum):
     RESTARTING = "RESTARTING"
     FINISHED = "FINISHED"
     ERRORED = "ERRORED"
+    STOPPED = "STOPPED"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (State.FINISHED, State.ERRORED)
+        return self in (State.FINISHED, State.ERRORED, State.STOPPED)
 
 
 class Controller:
@@ -132,13 +137,25 @@ class Controller:
         self.on_reply: Callable[[Any], None] | None = None
         self._beats: dict[int, int] = {}
         self.rounds = RoundTimes()
+        # Ray Data input (``make_controller`` sets it), and the check of each attempt's shards.
+        self.data = DataFeed({}, scaling.global_batch_size)
+        self.shard_check: ShardCheck | None = None
+        self.data_error: BaseException | None = None
+        # A Tune trial: rank 0's reports go to Tune; the trial's placement group is used.
+        self.on_report: Callable[[dict], None] | None = None
+        self.placement_group: Any = None
+        self._stop_requested = False
+
+    def request_stop(self) -> None:
+        """End the run at the next state change, tearing the group down (thread-safe)."""
+        self._stop_requested = True
 
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
         state = State.SCHEDULING
         try:
             while not state.is_terminal:
-                new = self._step(state)
+                new = State.STOPPED if self._stop_requested else self._step(state)
                 if new is not state:
                     logger.debug("%s -> %s", state.value, new.value)
                 state = new
@@ -165,7 +182,9 @@ class Controller:
     def _schedule(self) -> State:
         self.attempt += 1
         if self.pool is None:
-            self.pool = self.worker_pool_cls(self.scaling, run_name=self.run_config.name)
+            self.pool = self.worker_pool_cls(
+                self.scaling, run_name=self.run_config.name, placement_group=self.placement_group
+            )
         self.group = self.worker_group_cls(self.scaling, pool=self.pool, attempt=self.attempt)
         self._standbys_asked = False
         try:
@@ -205,9 +224,11 @@ class Controller:
             "every_steps": self.run_config.checkpoint_config.checkpoint_every_steps,
             "restore_url": restore.path if restore else None,
         }
+        self.shard_check = ShardCheck(self.world_size)
         try:
-            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args)
-        except UserCodeLoadError as exc:
+            shards = self.data.split(self.world_size, self.progress.message)
+            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args, shards)
+        except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)
         except WorkerSetupError as exc:
             return self._on_failure(exc)
@@ -239,6 +260,8 @@ class Controller:
                     late = time.time() - (poll.ended_at or time.time())
                     if late > SLOW_DRIVER_S:
                         self.progress.message(f"driver: saw rank {rank} finish {late:.1f} s late")
+        if self.data_error is not None:
+            return self._fail(self.data_error)  # the same data splits the same way again
         if errors:
             root = pick_root_cause(errors)
             if classify(root) is FailureKind.COLLECTIVE:
@@ -297,6 +320,8 @@ class Controller:
         for report in poll.reports:
             if report.rank == 0:
                 self.history.append(report.metrics)
+                if self.on_report is not None:
+                    self.on_report(report.metrics)
         if poll.reports:
             self.progress.on_reports(poll.reports)
             self.watchdog.on_activity(now)
@@ -328,6 +353,10 @@ class Controller:
                 self.restart_reason = why
         if poll.notice:
             self.resizer.on_notice(poll.notice)
+        if (poll.shard_epochs or poll.positions) and self.shard_check is not None:
+            self.data_error = self.data_error or self.shard_check.add(
+                poll.rank, poll.shard_epochs, poll.positions
+            )
         # Last: a session that asked for a checkpoint finds it committed when the answer comes.
         if poll.replies and self.on_reply is not None:
             for reply in poll.replies:
@@ -394,6 +423,9 @@ class Controller:
                 f"finished in {elapsed:.1f} s: attempt {self.attempt}, "
                 f"{len(self.failures)} failure(s), {self.preemptions} preemption(s)"
             )
+            return result
+        if state is State.STOPPED:
+            self.progress.finish(f"stopped on request after {elapsed:.1f} s")
             return result
         err = self.error
         self.progress.finish(f"failed after {elapsed:.1f} s: {err}")

@@ -87,3 +87,10 @@ class WorkerHangError(RaytfError):
 
     def __reduce__(self):
         return (WorkerHangError, (self.detail,))
+
+
+class DataShardError(RaytfError):
+    """The workers' Ray Data shards cannot keep the group in step (empty or uneven).
+
+    Not retried: the same data splits the same way on the next attempt.
+    """

@@ -143,6 +143,43 @@ class FixedSlots:
             self.pg = None
 
 
+class TrialSlots:
+    """A Ray Tune trial's placement group: Tune reserved it (one bundle per worker, the
+    trial's own actor outside it) and removes it when the trial ends; raytf only uses it."""
+
+    def __init__(self, scaling: ScalingConfig, pg):
+        bundle = scaling.worker_resources()
+        specs = [{k: v for k, v in b.items() if v} for b in pg.bundle_specs]
+        if len(specs) != scaling.num_workers or any(b != bundle for b in specs):
+            raise PlacementTimeoutError(
+                f"the trial's placement group holds {specs}, not {scaling.num_workers} x "
+                f"{bundle}: give the trainable raytf's resource request "
+                "(raytf.tune.trainable or Trainer.as_trainable set it)"
+            )
+        self.pg = pg
+        self.n = scaling.num_workers
+
+    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.pg, placement_group_bundle_index=slot
+        )
+
+    def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
+        done, _ = ray.wait([self.pg.ready()], timeout=timeout_s)
+        if not done:
+            raise PlacementTimeoutError(f"the trial's placement group not ready in {timeout_s} s")
+        return list(range(self.n)), WorldSize(self.n)
+
+    def placed(self) -> dict[int, str]:
+        return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
+
+    def evict(self, node_ids: set[str]) -> list[int]:
+        return []  # Tune owns the reservation: the restart stays in it
+
+    def close(self) -> None:
+        pass  # Tune removes it with the trial
+
+
 class ElasticSlots:
     """One placement group per slot: each slot is placed, lost and placed again on its own."""
 
@@ -242,7 +279,11 @@ class ElasticSlots:
         self.pgs = [None] * len(self.pgs)
 
 
-def make_slots(scaling: ScalingConfig, name: str) -> FixedSlots | ElasticSlots:
+def make_slots(
+    scaling: ScalingConfig, name: str, placement_group=None
+) -> FixedSlots | ElasticSlots | TrialSlots:
+    if placement_group is not None:
+        return TrialSlots(scaling, placement_group)
     return ElasticSlots(scaling, name) if scaling.is_elastic else FixedSlots(scaling, name)
 
 

@@ -13,6 +13,7 @@ import ray
 from raytf import autoscaling
 from raytf.config import RunConfig, ScalingConfig
 from raytf.controller import Controller
+from raytf.datasets import DataFeed, check_datasets, check_room
 from raytf.elastic import check_batch_splits
 from raytf.errors import ConfigError, UnsatisfiableResourcesError
 from raytf.placement import check_satisfiable
@@ -27,11 +28,13 @@ if os.environ.get("RAYTF_LOG_LEVEL"):
 EMBEDDED_NODE_IP = os.environ.get("RAYTF_EMBEDDED_NODE_IP", "127.0.0.2")
 
 
-def ensure_ray() -> None:
+def ensure_ray(min_cpus: int | None = None) -> None:
     """Join the cluster named by RAY_ADDRESS, or start an embedded local instance.
 
     Code that already called ``ray.init`` (with any address) is left as it is,
-    so the same job runs unchanged locally and under ``ray job submit``.
+    so the same job runs unchanged locally and under ``ray job submit``. An
+    embedded instance gets at least ``min_cpus`` logical CPUs (a job that
+    feeds its workers from Ray Data needs CPUs beyond theirs).
     """
     if ray.is_initialized():
         return
@@ -41,7 +44,8 @@ def ensure_ray() -> None:
     # An embedded instance is one machine: keep it on loopback. Ray rewrites 127.0.0.1
     # to the host's network address, so use another loopback address where Linux has one.
     node_ip = EMBEDDED_NODE_IP if sys.platform.startswith("linux") else None
-    ray.init(include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip)
+    cpus = max(os.cpu_count() or 1, min_cpus or 0)
+    ray.init(include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip, num_cpus=cpus)
 
 
 def alive_node_resources() -> list[dict[str, float]]:
@@ -78,7 +82,9 @@ class Trainer:
 
     ``train_loop_per_worker`` takes the config dict (or nothing) and runs on
     each worker after the strategy exists; it reaches the strategy, its rank
-    and ``report`` through ``raytf.get_context()``.
+    and ``report`` through ``raytf.get_context()``. ``datasets`` maps names to
+    Ray Data datasets: each worker reads its equal shard with
+    ``raytf.get_dataset_shard(name)``.
     """
 
     def __init__(
@@ -88,6 +94,7 @@ class Trainer:
         train_loop_config: dict[str, Any] | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        datasets: dict[str, Any] | None = None,
     ):
         if not callable(train_loop_per_worker):
             raise ConfigError(
@@ -103,13 +110,25 @@ class Trainer:
         self.train_loop_config = dict(train_loop_config or {})
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
+        self.datasets = check_datasets(datasets)
         check_batch_splits(self.scaling_config)
 
     def fit(self) -> Result:
         """Train to the end and return the Result; raise TrainingFailedError otherwise."""
         return make_controller(
-            self.train_loop_per_worker, self.train_loop_config, self.scaling_config, self.run_config
+            self.train_loop_per_worker,
+            self.train_loop_config,
+            self.scaling_config,
+            self.run_config,
+            datasets=self.datasets,
         ).run()
+
+    def as_trainable(self):
+        """A Ray Tune trainable: one trial, one run of this trainer with the trial's config
+        merged over ``train_loop_config`` (see ``raytf.tune``)."""
+        from raytf.tune import trainable
+
+        return trainable(self)
 
 
 def make_controller(
@@ -119,6 +138,7 @@ def make_controller(
     run_config: RunConfig,
     what: str = "run",
     controller_cls: type[Controller] = Controller,
+    datasets: dict[str, Any] | None = None,
 ) -> Controller:
     """Join or start Ray, rule out a cluster that can never hold the group, make the driver.
 
@@ -126,9 +146,17 @@ def make_controller(
     """
     ensure_ray()
     check_cluster(scaling)
+    if datasets and not autoscaling.autoscaler_running():
+        cpus = sum(r.get("CPU", 0.0) for r in alive_node_resources())
+        workers = scaling.worker_resources().get("CPU", 0.0) * scaling.max_workers
+        check_room(sorted(datasets), workers, cpus)
     os.makedirs(run_config.run_dir, exist_ok=True)
     progress = Progress(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
     )
     progress.message(f"{what} {run_config.name} in {run_config.run_dir}")
-    return controller_cls(ray.put(fn), config, scaling, run_config, progress)
+    controller = controller_cls(ray.put(fn), config, scaling, run_config, progress)
+    controller.data = DataFeed(datasets or {}, scaling.global_batch_size)
+    controller.data.check(scaling.max_workers, progress.message)
+    controller.data.fetch_schemas()
+    return controller

@@ -25,6 +25,7 @@ from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
 from raytf.checkpoint import CheckpointPart
 from raytf.context import Reply, Report, TrainContext, _ReportBuffer, _set_context
+from raytf.data_shard import ShardEpoch
 from raytf.devices import cuda_visible_devices
 from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
 from raytf.ports import is_port_clash, reserve_port
@@ -63,6 +64,8 @@ class WorkerPoll:
     error: BaseException | None = None
     result: Any = None
     ended_at: float | None = None  # wall time the user's function returned or raised
+    shard_epochs: list[ShardEpoch] = field(default_factory=list)  # epochs the shards finished
+    positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
 
 
 def _import_tensorflow() -> None:
@@ -181,11 +184,14 @@ class RaytfWorker:
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         return int(self._strategy.num_replicas_in_sync)
 
-    def start(self, fn, config: dict, run_dir: str, local_rank: int, ckpt: dict) -> None:
+    def start(
+        self, fn, config: dict, run_dir: str, local_rank: int, ckpt: dict, shards: dict | None
+    ) -> None:
         """Start the user's loop on the TF thread and return at once.
 
         ``ckpt`` holds the checkpoint settings: ``dir`` (relative to the run),
-        ``every_steps`` and ``restore_url`` (None for a fresh start).
+        ``every_steps`` and ``restore_url`` (None for a fresh start). ``shards``
+        maps dataset names to this rank's Ray Data iterators.
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
@@ -210,6 +216,7 @@ class RaytfWorker:
             run_dir=run_dir,
             buffer=self._buffer,
             checkpointer=self._checkpointer,
+            shards=shards,
         )
         _set_context(context)
         self._run = self._tf.submit(self._guarded, fn, context.config)
@@ -254,4 +261,6 @@ class RaytfWorker:
             error=value if state == FAILED else None,
             result=value if state == FINISHED else None,
             ended_at=self._ended_at if done else None,
+            shard_epochs=[i for i in items if isinstance(i, ShardEpoch)],
+            positions=dict(self._buffer.positions),
         )

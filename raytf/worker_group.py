@@ -98,10 +98,15 @@ class WorkerGroup:
             raise WorkerSetupError(f"rank {rank} died while trying to {what}: {exc}") from None
 
     # -- running ------------------------------------------------------------
-    def run(self, fn_ref, config: dict, run_dir: str, ckpt: dict) -> None:
+    def run(
+        self, fn_ref, config: dict, run_dir: str, ckpt: dict, shards: list | None = None
+    ) -> None:
+        """Start the user's function on every rank; ``shards[rank]`` is its Ray Data input."""
         local_ranks = self._local_ranks()
         refs = [
-            actor.start.remote(fn_ref, config, run_dir, local_ranks[rank], ckpt)
+            actor.start.remote(
+                fn_ref, config, run_dir, local_ranks[rank], ckpt, shards[rank] if shards else None
+            )
             for rank, actor in enumerate(self.actors)
         ]
         try:

@@ -46,11 +46,12 @@ def actor_options(bundle: dict[str, float]) -> dict:
 
 
 class WorkerPool:
-    def __init__(self, scaling: ScalingConfig, *, run_name: str):
+    def __init__(self, scaling: ScalingConfig, *, run_name: str, placement_group=None):
         self.scaling = scaling
         self.run_name = run_name
         self.bundle = scaling.worker_resources()
-        self.slots = make_slots(scaling, run_name)
+        # A Tune trial passes its own placement group; otherwise the pool reserves its slots.
+        self.slots = make_slots(scaling, run_name, placement_group)
         self.active: list[int] = []  # slot of each rank
         self.standbys: dict[int, object] = {}  # slot -> zero-resource standby
         self.spares: dict[int, tuple[object, object]] = {}  # slot -> (full actor, warm ref)

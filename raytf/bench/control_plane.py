@@ -54,8 +54,8 @@ class LiteWorker(RaytfWorker):
 
 
 class LitePool(WorkerPool):
-    def __init__(self, scaling: ScalingConfig, *, run_name: str):
-        super().__init__(scaling, run_name=run_name)
+    def __init__(self, scaling: ScalingConfig, *, run_name: str, placement_group=None):
+        super().__init__(scaling, run_name=run_name, placement_group=placement_group)
         self._actor_cls = ray.remote(LiteWorker)
 
 

@@ -11,6 +11,7 @@ from ray import cloudpickle
 
 import jobs.train_digits as train_digits
 import jobs.train_keras as train_keras
+import jobs.train_ray_data as train_ray_data
 import jobs.train_synthetic as train_synthetic
 import jobs.train_tf_keras as train_tf_keras
 
@@ -24,7 +25,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def ray_cluster():
     # Workers import this module's functions by value: they need not find jobs/ on sys.path.
-    for module in (train_synthetic, train_keras, train_tf_keras, train_digits):
+    for module in (train_synthetic, train_keras, train_tf_keras, train_digits, train_ray_data):
         cloudpickle.register_pickle_by_value(module)
     temp_dir = tempfile.mkdtemp(prefix="rtt-", dir="/tmp")
     ray.init(

@@ -23,7 +23,7 @@ class FakePool:
     growth_script: list = []  # what growth() answers, call by call
     evicted: list = []
 
-    def __init__(self, scaling, *, run_name):
+    def __init__(self, scaling, *, run_name, placement_group=None):
         self.closed = False
         self.standbys = 0
         self.warmed = []
@@ -83,7 +83,7 @@ class FakeGroup:
             raise errors[self.attempt]
         return self.n
 
-    def run(self, fn_ref, config, run_dir, ckpt):
+    def run(self, fn_ref, config, run_dir, ckpt, shards=None):
         self.ckpt = ckpt
 
     def poll(self, wait_s):

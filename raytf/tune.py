@@ -1,0 +1,159 @@
+"""A raytf run as a Ray Tune trial.
+
+``Tuner(trainer.as_trainable(), param_space={...})``: each trial is one raytf
+driver (the trainable actor, holding no resources) and its worker group. The
+trial's placement group is the whole group's reservation: one bundle per
+worker, the driver's head bundle empty, so Tune only starts a trial when all
+its workers fit, and raytf places its workers in those bundles instead of
+making a placement group of its own (a nested one would compete with the
+other trials for the same resources).
+
+What Tune sees and does:
+- every report of rank 0 is one Tune result, as it comes (the driver does not
+  wait for Tune: training never blocks on the tuner);
+- a committed raytf checkpoint marks the next result ``should_checkpoint``:
+  Tune then takes a copy of that step's directory, and a trial Tune restores
+  (after a failure of the trial itself, or ``Tuner.restore``) resumes from it;
+- a scheduler's STOP (ASHA, a stopper) ends the trial: ``cleanup`` asks the
+  driver to stop, which tears the worker group down before the actor exits.
+
+The trial's config is merged over ``train_loop_config``. Workers are not
+restarted between trials (a strategy cannot be re-made in a process):
+``reuse_actors`` is off.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import threading
+from typing import Any
+
+from ray import tune
+from ray.util import get_current_placement_group
+
+from raytf.checkpoint import CKPT_DIR, step_dirname
+from raytf.config import RunConfig, ScalingConfig
+from raytf.errors import ConfigError
+
+STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
+
+
+def trial_resources(scaling: ScalingConfig) -> tune.PlacementGroupFactory:
+    """The trial's reservation: an empty head bundle for the driver, one per worker."""
+    if scaling.is_elastic:
+        raise ConfigError(
+            f"ScalingConfig.num_workers = {scaling.num_workers}: a Tune trial holds a fixed "
+            "reservation; give one number of workers"
+        )
+    bundle = scaling.worker_resources()
+    strategy = scaling.placement_strategy
+    return tune.PlacementGroupFactory([{}] + [dict(bundle)] * scaling.num_workers, strategy)
+
+
+def trainable(trainer: Any) -> type[tune.Trainable]:
+    """A Tune ``Trainable`` class running ``trainer`` (a ``raytf.Trainer``) per trial."""
+    base_config = dict(trainer.train_loop_config)
+    resources = trial_resources(trainer.scaling_config)
+
+    class RaytfTrial(tune.Trainable):
+        @classmethod
+        def default_resource_request(cls, config):
+            return resources
+
+        def setup(self, config: dict) -> None:
+            self._events: queue.Queue = queue.Queue()
+            self._thread: threading.Thread | None = None
+            self._controller = None
+            self._restore_from: str | None = None
+            self._saved_step: int | None = None
+            self._last: dict = {}
+            rc = trainer.run_config
+            self._run_config = RunConfig(
+                name=f"{rc.name}-{self.trial_id}",
+                storage_path=rc.storage_path,
+                verbose=0,
+                progress_interval_s=rc.progress_interval_s,
+                setup_timeout_s=rc.setup_timeout_s,
+                placement_timeout_s=rc.placement_timeout_s,
+                checkpoint_config=rc.checkpoint_config,
+                failure_config=rc.failure_config,
+            )
+
+        def step(self) -> dict:
+            if self._thread is None:
+                self._launch()
+            kind, value = self._events.get()
+            if kind == "report":
+                self._last = dict(value)
+                out = dict(value)
+            elif kind == "finished":
+                out = {**self._last, "done": True}
+            else:
+                raise value
+            latest = self._controller.ckpts.latest if self._controller else None
+            if latest is not None and latest.step != self._saved_step:
+                out["should_checkpoint"] = True
+            return out
+
+        def _launch(self) -> None:
+            from raytf.trainer import make_controller
+
+            self._seed_checkpoint()
+            ctrl = make_controller(
+                trainer.train_loop_per_worker,
+                {**base_config, **self.config},
+                trainer.scaling_config,
+                self._run_config,
+                what="trial",
+                datasets=trainer.datasets,
+            )
+            ctrl.placement_group = get_current_placement_group()
+            ctrl.on_report = lambda metrics: self._events.put(("report", metrics))
+            self._controller = ctrl
+
+            def run() -> None:
+                try:
+                    ctrl.run()
+                    self._events.put(("finished", None))
+                except BaseException as exc:  # noqa: BLE001 - Tune shows the trial's error
+                    self._events.put(("error", exc))
+
+            self._thread = threading.Thread(target=run, name="raytf-trial", daemon=True)
+            self._thread.start()
+
+        def save_checkpoint(self, checkpoint_dir: str) -> str:
+            """Hand Tune a copy of the newest committed checkpoint."""
+            latest = self._controller.ckpts.latest if self._controller else None
+            if latest is not None:
+                dest = os.path.join(checkpoint_dir, step_dirname(latest.step))
+                shutil.copytree(latest.path, dest, dirs_exist_ok=True)
+                self._saved_step = latest.step
+            return checkpoint_dir
+
+        def load_checkpoint(self, checkpoint_dir: str) -> None:
+            self._restore_from = checkpoint_dir
+
+        def _seed_checkpoint(self) -> None:
+            """A checkpoint Tune restores goes where raytf looks for committed ones."""
+            if not self._restore_from:
+                return
+            ckpts = os.path.join(self._run_config.run_dir, CKPT_DIR)
+            for name in os.listdir(self._restore_from):
+                src = os.path.join(self._restore_from, name)
+                if os.path.isdir(src) and not os.path.exists(os.path.join(ckpts, name)):
+                    shutil.copytree(src, os.path.join(ckpts, name))
+
+        def cleanup(self) -> None:
+            """A finished, failed or early-stopped trial: the worker group goes first."""
+            if self._controller is not None:
+                self._controller.request_stop()
+            if self._thread is not None:
+                self._thread.join(STOP_JOIN_S)
+
+        def reset_config(self, new_config: dict) -> bool:
+            return False  # a new trial needs new MWMS processes
+
+    RaytfTrial.__name__ = RaytfTrial.__qualname__ = "RaytfTrial"
+    return RaytfTrial
