@@ -38,13 +38,13 @@ from raytf.trainer import ensure_ray
 FEATURES = [f"f{i}" for i in range(NUM_FEATURES)]
 
 
-def write_parquet(path: str, seed: int) -> str:
+def write_parquet(path: str, seed: int, rows: int = NUM_EXAMPLES) -> str:
     """The synthetic data set as a Parquet file of flat columns, written once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not os.path.exists(path):
-        x, y = make_dataset(seed)
+        x, y = make_dataset(seed, rows)
         x = x * 3.0 + 1.0  # raw scale, undone by the preprocessing below
         columns = {"id": np.arange(len(y), dtype=np.int64), "label": y}
         columns.update({name: x[:, i] for i, name in enumerate(FEATURES)})

@@ -1,9 +1,9 @@
 """The benchmark job in smoke mode: every figure of every way is produced, and positive.
 
 Its own driver process with its own embedded Ray instance, as a user runs it
-(the real, timed runs are ``make bench``, never a test). Ray Train's plain
-run is part of it (the test extra installs ``ray[train]``); its checkpoint
-and recovery runs are left to the full benchmark.
+(the real, timed runs are ``make bench``, never a test). The suite runs raytf
+and the hand-launched floor only: Ray Train's column (its start-up alone
+~20 s) is the full benchmark's, which keeps the suite within its budget.
 """
 
 import json
@@ -25,7 +25,7 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "jobs", "benchmark.py"), "--smoke"]
-        + ["--workloads", "mlp", "--json", str(out), "--out", str(md)]
+        + ["--workloads", "mlp", "--ways", "raytf,mwms", "--json", str(out), "--out", str(md)]
         + ["--storage", str(tmp_path / "scratch")],
         env=env,
         capture_output=True,
@@ -35,7 +35,7 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(out.read_text())
     runs = doc["runs"]
-    for way in ("raytf", "mwms", "raytrain"):
+    for way in ("raytf", "mwms"):
         (base,) = runs[f"mlp/{way}/base"]
         assert all(base[k] > 0 for k in BASE), (way, base)
         assert "report_ms" in base, way  # an excess over the median step: may be about 0
@@ -43,9 +43,9 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     (rec,) = runs["mlp/raytf/recovery"]  # smoke: it also gives the checkpoint figures
     assert rec["recovery_s"] > 0 and rec["digests_agree"], rec
     assert "ckpt_excess_pct" in rec and rec["first_save_ms"] > 0, rec
-    assert "mlp/raytrain/recovery" not in runs  # smoke: Ray Train's plain run only
+    assert not [k for k in runs if "raytrain" in k]
     summary = doc["summary"]["mlp"]
-    assert summary["e2e_s"]["raytf/mwms"] > 0 and summary["e2e_s"]["raytf/raytrain"] > 0
+    assert summary["e2e_s"]["raytf/mwms"] > 0
     assert summary["recovery_s"]["raytf"] > 0
     assert [row["workers"] for row in doc["scale"]] == [2, 4]
     assert all(row["median"] > 0 and row["rounds"] > 0 for row in doc["scale"])

@@ -22,7 +22,7 @@ def test_every_example_once_per_epoch(ray_cluster, storage):
             "--workers",
             "2",
             "--epochs",
-            "2",
+            "1",
             "--count-examples",
             "--storage",
             storage,
@@ -32,11 +32,11 @@ def test_every_example_once_per_epoch(ray_cluster, storage):
     )
     assert summary["digests_agree"]
     assert summary["world_size"] == 2
-    assert summary["steps"] == 2 * NUM_EXAMPLES // 128
+    assert summary["steps"] == NUM_EXAMPLES // 128
     # Counted inside the training step, summed over both ranks: the shards are disjoint
     # and together cover the data set, once per epoch.
-    assert summary["examples_seen"] == {"min": 1, "max": 1, "total": 2 * NUM_EXAMPLES}
-    assert summary["final_metrics"]["accuracy"] > 0.75
+    assert summary["examples_seen"] == {"min": 1, "max": 1, "total": NUM_EXAMPLES}
+    assert summary["final_metrics"]["accuracy"] > 0.6
     assert_nothing_left()
 
 
@@ -44,7 +44,7 @@ def test_every_example_once_per_epoch(ray_cluster, storage):
 def test_recovery_resumes_at_the_epoch_boundary(cluster_env, storage):
     """SIGKILL a rank in mid-epoch: the restart resumes from the epoch-end checkpoint and
     redoes that epoch whole, so every example is still trained on once per epoch."""
-    args = ["--workers", "2", "--epochs", "3", "--count-examples", "--max-failures", "1"]
+    args = ["--workers", "2", "--epochs", "2", "--count-examples", "--max-failures", "1"]
     run = JobRun(
         storage,
         "resume",
@@ -65,8 +65,8 @@ def test_recovery_resumes_at_the_epoch_boundary(cluster_env, storage):
     assert rc == 0, run.output()[-3000:]
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
     assert f"resuming after step {steps_per_epoch}" in run.output()
-    assert summary["examples_seen"] == {"min": 1, "max": 1, "total": 3 * NUM_EXAMPLES}
-    assert summary["steps"] == 3 * steps_per_epoch
+    assert summary["examples_seen"] == {"min": 1, "max": 1, "total": 2 * NUM_EXAMPLES}
+    assert summary["steps"] == 2 * steps_per_epoch
     assert summary["digests_agree"]
 
 

@@ -328,3 +328,35 @@ def test_drained_node_gets_a_checkpoint_then_the_group_leaves_it(tmp_path):
     assert [(r["before"], r["after"], r["reason"], r["step"]) for r in result.resizes] == [
         (3, 2, "preemption", 7)
     ]
+
+
+def test_stop_request_tears_the_group_down_and_returns(tmp_path):
+    """A Tune scheduler's stop: the run ends STOPPED, not failed, its group shut down."""
+    polls = [
+        [WorkerPoll(0, RUNNING, [report(0, 1, 2.0)]), WorkerPoll(1, RUNNING, [])],
+        [WorkerPoll(0, RUNNING, [report(0, 2, 1.0)]), WorkerPoll(1, RUNNING, [])],
+    ]
+    ctrl = make_controller(tmp_path, {"polls": polls})
+    seen = []
+    ctrl.on_report = lambda metrics: (seen.append(metrics["step"]), ctrl.request_stop())
+    result = ctrl.run()
+    assert seen == [1]  # rank 0's reports go to the listener as they come
+    assert result.metrics == {"step": 1, "loss": 2.0}
+    assert FakeGroup.created[0].shut and ctrl.pool is None
+    assert ctrl.status.state == "STOPPED"
+
+
+def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
+    from raytf.data_shard import ShardEpoch
+
+    ended = [ShardEpoch(0, "train", 0, 7, 448, 64)]
+    polls = [
+        [
+            WorkerPoll(0, RUNNING, shard_epochs=ended, positions={"train": (1, 0)}),
+            WorkerPoll(1, RUNNING, positions={"train": (0, 8)}),
+        ]
+    ]
+    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=3))
+    with pytest.raises(TrainingFailedError, match="rank 0's shard ended after 7 batches"):
+        ctrl.run()
+    assert len(FakeGroup.created) == 1
