@@ -110,9 +110,6 @@ class DataFeed:
             )
             self._schema_thread.start()
 
-    def __bool__(self) -> bool:
-        return bool(self.datasets)
-
     def check(self, workers: int, say) -> None:
         """Refuse, before any process starts, a dataset of known size that gives no step."""
         for name, ds in self.datasets.items():
@@ -161,21 +158,20 @@ class ShardCheck:
 
     def _mismatch(self) -> DataShardError | None:
         for (name, epoch), ended in list(self.ended.items()):
-            first = min(ended)
-            ref = ended[first]
+            ref = ended[min(ended)]
             for rank, e in ended.items():
                 if e.batches != ref.batches:
-                    return self._uneven(name, epoch, ref, rank, e.batches)
+                    return self._uneven(name, ref, rank, e.batches)
             for rank, pos in self.live.items():
                 if rank not in ended and pos.get(name, (-1, 0))[0] == epoch:
                     if pos[name][1] > ref.batches:
-                        return self._uneven(name, epoch, ref, rank, pos[name][1])
+                        return self._uneven(name, ref, rank, pos[name][1])
             if len(ended) == self.world_size:
                 del self.ended[(name, epoch)]  # agreed: nothing more to compare
         return None
 
     @staticmethod
-    def _uneven(name: str, epoch: int, ref: ShardEpoch, rank: int, batches: int):
+    def _uneven(name: str, ref: ShardEpoch, rank: int, batches: int) -> DataShardError:
         return DataShardError(
             f"dataset {name!r}, epoch {ref.epoch}: rank {ref.rank}'s shard ended after "
             f"{ref.batches} batches of {ref.batch_size} rows while rank {rank}'s gave "

@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raytf import autoscaling
 from raytf.config import ScalingConfig
 from raytf.elastic import WorldSize, choose_world_size
-from raytf.errors import PlacementTimeoutError
+from raytf.errors import ConfigError, PlacementTimeoutError
 
 logger = logging.getLogger("raytf")
 
@@ -151,7 +151,7 @@ class TrialSlots:
         bundle = scaling.worker_resources()
         specs = [{k: v for k, v in b.items() if v} for b in pg.bundle_specs]
         if len(specs) != scaling.num_workers or any(b != bundle for b in specs):
-            raise PlacementTimeoutError(
+            raise ConfigError(
                 f"the trial's placement group holds {specs}, not {scaling.num_workers} x "
                 f"{bundle}: give the trainable raytf's resource request "
                 "(raytf.tune.trainable or Trainer.as_trainable set it)"

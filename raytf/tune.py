@@ -24,6 +24,7 @@ restarted between trials (a strategy cannot be re-made in a process):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import shutil
@@ -34,7 +35,7 @@ from ray import tune
 from ray.util import get_current_placement_group
 
 from raytf.checkpoint import CKPT_DIR, step_dirname
-from raytf.config import RunConfig, ScalingConfig
+from raytf.config import ScalingConfig
 from raytf.errors import ConfigError
 
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
@@ -69,17 +70,9 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
             self._restore_from: str | None = None
             self._saved_step: int | None = None
             self._last: dict = {}
+            # One run directory per trial; Tune's own table replaces raytf's progress lines.
             rc = trainer.run_config
-            self._run_config = RunConfig(
-                name=f"{rc.name}-{self.trial_id}",
-                storage_path=rc.storage_path,
-                verbose=0,
-                progress_interval_s=rc.progress_interval_s,
-                setup_timeout_s=rc.setup_timeout_s,
-                placement_timeout_s=rc.placement_timeout_s,
-                checkpoint_config=rc.checkpoint_config,
-                failure_config=rc.failure_config,
-            )
+            self._run_config = dataclasses.replace(rc, name=f"{rc.name}-{self.trial_id}", verbose=0)
 
         def step(self) -> dict:
             if self._thread is None:

@@ -8,7 +8,7 @@ import pytest
 from raytf.config import ScalingConfig
 from raytf.data_shard import DataShard, ShardEpoch
 from raytf.datasets import ShardCheck, check_datasets, check_room, plan_rows
-from raytf.errors import ConfigError, DataShardError, PlacementTimeoutError
+from raytf.errors import ConfigError, DataShardError
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +95,7 @@ def test_trial_slots_refuse_a_reservation_of_another_shape():
     from raytf.slots import TrialSlots
 
     pg = SimpleNamespace(bundle_specs=[{"CPU": 1.0}])
-    with pytest.raises(PlacementTimeoutError, match="not 2 x"):
+    with pytest.raises(ConfigError, match="not 2 x"):
         TrialSlots(ScalingConfig(num_workers=2), pg)
     slots = TrialSlots(ScalingConfig(num_workers=1), pg)
     assert slots.evict({"n"}) == [] and slots.close() is None
