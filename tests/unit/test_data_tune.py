@@ -99,3 +99,32 @@ def test_trial_slots_refuse_a_reservation_of_another_shape():
         TrialSlots(ScalingConfig(num_workers=2), pg)
     slots = TrialSlots(ScalingConfig(num_workers=1), pg)
     assert slots.evict({"n"}) == [] and slots.close() is None
+
+
+def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path):
+    """save_checkpoint hands Tune the committed step directory; a restored trial puts it
+    where raytf looks, so its driver resumes from it (here: another run directory)."""
+    from raytf.checkpoint import commit, latest_intact
+    from raytf.config import RunConfig
+    from raytf.storage import Storage
+    from raytf.tune import trainable
+
+    from .test_checkpoint import write_parts
+
+    old = Storage(str(tmp_path / "runs" / "old"))
+    ckpt = commit(old, write_parts(old, 64), world_size=2, attempt=1)
+    cls = trainable(SimpleNamespace(train_loop_config={}, scaling_config=ScalingConfig()))
+    trial = SimpleNamespace(
+        _controller=SimpleNamespace(ckpts=SimpleNamespace(latest=ckpt)), _saved_step=None
+    )
+    tune_dir = tmp_path / "tune_ckpt"
+    tune_dir.mkdir()
+    assert cls.save_checkpoint(trial, str(tune_dir)) == str(tune_dir)
+    assert trial._saved_step == 64
+
+    new = RunConfig(name="new", storage_path=str(tmp_path / "runs"))
+    restored = SimpleNamespace(_restore_from=None, _run_config=new)
+    cls.load_checkpoint(restored, str(tune_dir))
+    cls._seed_checkpoint(restored)
+    found = latest_intact(Storage(new.run_dir))
+    assert found is not None and found.step == 64
