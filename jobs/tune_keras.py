@@ -27,6 +27,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 import raytf
 from raytf.trainer import ensure_ray
+from raytf.tune import checkpoint_step
 
 try:  # run as a script from jobs/, or imported as jobs.tune_keras (the tests)
     import train_synthetic
@@ -108,7 +109,7 @@ def main(argv=None) -> dict:
                 "loss": r.metrics.get("loss"),
                 "stopped_early": it < iterations and r.error is None,
                 "error": None if r.error is None else str(r.error).splitlines()[0],
-                "checkpoint": None if r.checkpoint is None else r.checkpoint.path,
+                "checkpoint_step": checkpoint_step(r.checkpoint),
             }
         )
     summary = {

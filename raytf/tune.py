@@ -41,6 +41,16 @@ from raytf.errors import ConfigError
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
 
 
+def checkpoint_step(checkpoint: Any) -> int | None:
+    """The raytf step a Tune checkpoint holds, or None: Tune also saves a trial that ends
+    before raytf committed anything (an early stop), and that checkpoint is empty."""
+    path = getattr(checkpoint, "path", checkpoint)
+    if not path or not os.path.isdir(path):
+        return None
+    steps = [n for n in os.listdir(path) if n.startswith("step_")]
+    return max(int(n.removeprefix("step_")) for n in steps) if steps else None
+
+
 def trial_resources(scaling: ScalingConfig) -> tune.PlacementGroupFactory:
     """The trial's reservation: an empty head bundle for the driver, one per worker."""
     if scaling.is_elastic:
@@ -117,7 +127,7 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
             self._thread.start()
 
         def save_checkpoint(self, checkpoint_dir: str) -> str:
-            """Hand Tune a copy of the newest committed checkpoint."""
+            """Hand Tune a copy of the newest committed checkpoint (nothing before the first)."""
             latest = self._controller.ckpts.latest if self._controller else None
             if latest is not None:
                 dest = os.path.join(checkpoint_dir, step_dirname(latest.step))

@@ -128,3 +128,12 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
     cls._seed_checkpoint(restored)
     found = latest_intact(Storage(new.run_dir))
     assert found is not None and found.step == 64
+
+
+def test_checkpoint_step_reads_the_raytf_step_a_tune_checkpoint_holds(tmp_path):
+    from raytf.tune import checkpoint_step
+
+    assert checkpoint_step(None) is None
+    assert checkpoint_step(str(tmp_path)) is None  # what Tune saves for an early stop
+    (tmp_path / "step_000000128").mkdir()
+    assert checkpoint_step(SimpleNamespace(path=str(tmp_path))) == 128
