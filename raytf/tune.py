@@ -37,6 +37,7 @@ from ray.util import get_current_placement_group
 from raytf.checkpoint import CKPT_DIR, step_dirname
 from raytf.config import ScalingConfig
 from raytf.errors import ConfigError
+from raytf.storage import Storage
 
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
 
@@ -128,11 +129,21 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
 
         def save_checkpoint(self, checkpoint_dir: str) -> str:
             """Hand Tune a copy of the newest committed checkpoint (nothing before the first)."""
-            latest = self._controller.ckpts.latest if self._controller else None
-            if latest is not None:
-                dest = os.path.join(checkpoint_dir, step_dirname(latest.step))
-                shutil.copytree(latest.path, dest, dirs_exist_ok=True)
+            for _ in range(3):
+                latest = self._controller.ckpts.latest if self._controller else None
+                if latest is None:
+                    break
+                name = step_dirname(latest.step)
+                dest = os.path.join(checkpoint_dir, name)
+                try:  # the run may live on an object store: go through raytf's Storage
+                    Storage(self._run_config.run_dir).download_dir(dest, CKPT_DIR, name)
+                except OSError:
+                    # The driver committed a newer one meanwhile and pruned this one
+                    # (num_to_keep): copy the newer one instead.
+                    shutil.rmtree(dest, ignore_errors=True)
+                    continue
                 self._saved_step = latest.step
+                break
             return checkpoint_dir
 
         def load_checkpoint(self, checkpoint_dir: str) -> None:
@@ -142,11 +153,12 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
             """A checkpoint Tune restores goes where raytf looks for committed ones."""
             if not self._restore_from:
                 return
-            ckpts = os.path.join(self._run_config.run_dir, CKPT_DIR)
+            storage = Storage(self._run_config.run_dir)
             for name in os.listdir(self._restore_from):
                 src = os.path.join(self._restore_from, name)
-                if os.path.isdir(src) and not os.path.exists(os.path.join(ckpts, name)):
-                    shutil.copytree(src, os.path.join(ckpts, name))
+                if os.path.isdir(src) and not storage.exists(CKPT_DIR, name):
+                    storage.makedirs(CKPT_DIR, name)
+                    storage.upload_dir(src, CKPT_DIR, name)
 
         def cleanup(self) -> None:
             """A finished, failed or early-stopped trial: the worker group goes first."""
