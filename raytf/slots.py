@@ -149,8 +149,10 @@ class TrialSlots:
 
     def __init__(self, scaling: ScalingConfig, pg):
         bundle = scaling.worker_resources()
+        # The workers' bundles come first; one after them is Ray Data's (raytf.tune).
         specs = [{k: v for k, v in b.items() if v} for b in pg.bundle_specs]
-        if len(specs) != scaling.num_workers or any(b != bundle for b in specs):
+        workers = specs[: scaling.num_workers]
+        if len(workers) != scaling.num_workers or any(b != bundle for b in workers):
             raise ConfigError(
                 f"the trial's placement group holds {specs}, not {scaling.num_workers} x "
                 f"{bundle}: give the trainable raytf's resource request "

@@ -52,8 +52,12 @@ def checkpoint_step(checkpoint: Any) -> int | None:
     return max(int(n.removeprefix("step_")) for n in steps) if steps else None
 
 
-def trial_resources(scaling: ScalingConfig) -> tune.PlacementGroupFactory:
-    """The trial's reservation: an empty head bundle for the driver, one per worker."""
+DATA_BUNDLE = {"CPU": 1.0}  # Ray Data's tasks inside a trial: Tune captures them into its group
+
+
+def trial_resources(scaling: ScalingConfig, with_data: bool = False) -> tune.PlacementGroupFactory:
+    """The trial's reservation: an empty head bundle for the driver, one per worker, and
+    with datasets one CPU for Ray Data (its tasks run inside the trial's group)."""
     if scaling.is_elastic:
         raise ConfigError(
             f"ScalingConfig.num_workers = {scaling.num_workers}: a Tune trial holds a fixed "
@@ -61,13 +65,14 @@ def trial_resources(scaling: ScalingConfig) -> tune.PlacementGroupFactory:
         )
     bundle = scaling.worker_resources()
     strategy = scaling.placement_strategy
-    return tune.PlacementGroupFactory([{}] + [dict(bundle)] * scaling.num_workers, strategy)
+    bundles = [{}] + [dict(bundle)] * scaling.num_workers + ([DATA_BUNDLE] if with_data else [])
+    return tune.PlacementGroupFactory(bundles, strategy)
 
 
 def trainable(trainer: Any) -> type[tune.Trainable]:
     """A Tune ``Trainable`` class running ``trainer`` (a ``raytf.Trainer``) per trial."""
     base_config = dict(trainer.train_loop_config)
-    resources = trial_resources(trainer.scaling_config)
+    resources = trial_resources(trainer.scaling_config, with_data=bool(trainer.datasets))
 
     class RaytfTrial(tune.Trainable):
         @classmethod

@@ -89,6 +89,9 @@ def test_trial_reserves_an_empty_driver_bundle_and_one_per_worker():
     )
     with pytest.raises(ConfigError, match="fixed reservation"):
         trial_resources(ScalingConfig(num_workers=(1, 2)))
+    # With datasets, one more CPU after the workers' for Ray Data's tasks.
+    data = trial_resources(ScalingConfig(num_workers=2), with_data=True)
+    assert data.bundles[-1] == {"CPU": 1.0} and len(data.bundles) in (3, 4)
 
 
 def test_trial_slots_refuse_a_reservation_of_another_shape():
@@ -99,6 +102,8 @@ def test_trial_slots_refuse_a_reservation_of_another_shape():
         TrialSlots(ScalingConfig(num_workers=2), pg)
     slots = TrialSlots(ScalingConfig(num_workers=1), pg)
     assert slots.evict({"n"}) == [] and slots.close() is None
+    with_data = SimpleNamespace(bundle_specs=[{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}])
+    assert TrialSlots(ScalingConfig(num_workers=2), with_data).n == 2
 
 
 def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path):
