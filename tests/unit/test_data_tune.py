@@ -119,7 +119,9 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
     old_run = RunConfig(name="old", storage_path=str(tmp_path / "runs"))
     old = Storage(old_run.run_dir)
     ckpt = commit(old, write_parts(old, 64), world_size=2, attempt=1)
-    cls = trainable(SimpleNamespace(train_loop_config={}, scaling_config=ScalingConfig()))
+    cls = trainable(
+        SimpleNamespace(train_loop_config={}, scaling_config=ScalingConfig(), datasets={})
+    )
     trial = SimpleNamespace(
         _controller=SimpleNamespace(ckpts=SimpleNamespace(latest=ckpt)),
         _saved_step=None,
