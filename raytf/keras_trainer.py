@@ -133,6 +133,11 @@ class KerasTrainer:
             run_config=run_config,
         )
 
+    def as_trainable(self):
+        """A Ray Tune trainable (``raytf.tune``): the trial's config is merged over
+        ``train_loop_config``, which ``build_model(config)`` receives."""
+        return self._trainer.as_trainable()
+
     def fit(self) -> Result:
         """Train; the Result's ``history`` is Keras's ``History.history`` (per-epoch lists)."""
         result = self._trainer.fit()
