@@ -35,7 +35,7 @@ from typing import Any
 
 from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
-from raytf.datasets import DataFeed, ShardCheck
+from raytf.datasets import DataFeed
 from raytf.errors import (
     CheckpointRestoreError,
     DataShardError,
@@ -137,10 +137,7 @@ class Controller:
         self.on_reply: Callable[[Any], None] | None = None
         self._beats: dict[int, int] = {}
         self.rounds = RoundTimes()
-        # Ray Data input (``make_controller`` sets it), and the check of each attempt's shards.
-        self.data = DataFeed({}, scaling.global_batch_size)
-        self.shard_check: ShardCheck | None = None
-        self.data_error: BaseException | None = None
+        self.data = DataFeed({}, scaling.global_batch_size)  # Ray Data input: make_controller
         # A Tune trial: rank 0's reports go to Tune; the trial's placement group is used.
         self.on_report: Callable[[dict], None] | None = None
         self.placement_group: Any = None
@@ -224,9 +221,8 @@ class Controller:
             "every_steps": self.run_config.checkpoint_config.checkpoint_every_steps,
             "restore_url": restore.path if restore else None,
         }
-        self.shard_check = ShardCheck(self.world_size)
         try:
-            shards = self.data.split(self.world_size, self.progress.message)
+            shards = self.data.start_attempt(self.world_size, self.progress.message)
             self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args, shards)
         except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)
@@ -260,8 +256,8 @@ class Controller:
                     late = time.time() - (poll.ended_at or time.time())
                     if late > SLOW_DRIVER_S:
                         self.progress.message(f"driver: saw rank {rank} finish {late:.1f} s late")
-        if self.data_error is not None:
-            return self._fail(self.data_error)  # the same data splits the same way again
+        if self.data.error is not None:
+            return self._fail(self.data.error)  # the same data splits the same way again
         if errors:
             root = pick_root_cause(errors)
             if classify(root) is FailureKind.COLLECTIVE:
@@ -353,10 +349,7 @@ class Controller:
                 self.restart_reason = why
         if poll.notice:
             self.resizer.on_notice(poll.notice)
-        if (poll.shard_epochs or poll.positions) and self.shard_check is not None:
-            self.data_error = self.data_error or self.shard_check.add(
-                poll.rank, poll.shard_epochs, poll.positions
-            )
+        self.data.on_poll(poll.rank, poll.shard_epochs, poll.positions)
         # Last: a session that asked for a checkpoint finds it committed when the answer comes.
         if poll.replies and self.on_reply is not None:
             for reply in poll.replies:
@@ -385,15 +378,13 @@ class Controller:
         self.status.set_workers(self.group.infos, state)
 
     def _save(self, state: State) -> None:
-        self.status.state = state.value
-        self.status.attempt = self.attempt
-        self.status.preemptions = self.preemptions
-        if state.is_terminal or state is State.RESTARTING:
-            for worker in self.status.workers:
-                worker["state"] = "finished" if state is State.FINISHED else "stopped"
-        # Every state change is written; while running, at most once a second.
-        if state is not State.RUNNING or time.time() - self.status.updated >= 1.0:
-            self.status.save(self.storage)
+        self.status.record(
+            state.value,
+            attempt=self.attempt,
+            preemptions=self.preemptions,
+            workers_ended=state.is_terminal or state is State.RESTARTING,
+            storage=self.storage,
+        )
 
     def _teardown(self) -> None:
         if self.group is not None:

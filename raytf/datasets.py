@@ -85,11 +85,14 @@ def check_room(names: list[str], worker_cpus: float, cluster_cpus: float) -> Non
 
 
 class DataFeed:
-    """The run's datasets: checked up front, split again for every attempt."""
+    """The run's datasets: checked up front, split again for every attempt, each
+    attempt's shards checked for lockstep from what the workers' polls carry."""
 
     def __init__(self, datasets: dict[str, Any], global_batch: int | None):
         self.datasets = datasets
         self.global_batch = global_batch
+        self.error: DataShardError | None = None  # the first shard mismatch: ends the run
+        self._check: ShardCheck | None = None
         self._said: set[tuple[str, int]] = set()
         self._schemas: dict[str, Any] = {}
         self._schema_thread: threading.Thread | None = None
@@ -120,10 +123,14 @@ class DataFeed:
                     self._said.add((name, workers))
                     say(line)
 
-    def split(self, workers: int, say) -> list[dict[str, Any]] | None:
-        """Per rank, name -> {iterator: its DataIterator, schema} (None without datasets)."""
+    def start_attempt(self, workers: int, say) -> list[dict[str, Any]] | None:
+        """Per rank, name -> {iterator: its DataIterator, schema} (None without datasets).
+
+        Splits every dataset for this attempt's world size; the shard check starts over.
+        """
         if not self.datasets:
             return None
+        self._check = ShardCheck(workers)
         self.check(workers, say)
         self.fetch_schemas()
         self._schema_thread.join()
@@ -132,6 +139,11 @@ class DataFeed:
             for rank, it in enumerate(ds.streaming_split(workers, equal=True)):
                 shards[rank][name] = {"iterator": it, "schema": self._schemas.get(name)}
         return shards
+
+    def on_poll(self, rank: int, epochs: list[ShardEpoch], positions: dict) -> None:
+        """What a rank's shards reported; the first mismatch is kept in ``error``."""
+        if self._check is not None and self.error is None and (epochs or positions):
+            self.error = self._check.add(rank, epochs, positions)
 
 
 class ShardCheck:

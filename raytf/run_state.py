@@ -78,6 +78,18 @@ class RunState:
             for info in infos
         ]
 
+    def record(
+        self, state: str, *, attempt: int, preemptions: int, workers_ended: bool, storage: Storage
+    ) -> None:
+        """The driver's state after each step of its loop: written every time, except while
+        running, then at most once a second (the loop turns every 0.2 s)."""
+        self.state, self.attempt, self.preemptions = state, attempt, preemptions
+        if workers_ended:
+            for worker in self.workers:
+                worker["state"] = "finished" if state == "FINISHED" else "stopped"
+        if state != "RUNNING" or time.time() - self.updated >= 1.0:
+            self.save(storage)
+
     def save(self, storage: Storage) -> None:
         self.updated = time.time()
         storage.write_json_atomic(asdict(self), STATE_FILE)

@@ -346,8 +346,20 @@ def test_stop_request_tears_the_group_down_and_returns(tmp_path):
     assert ctrl.status.state == "STOPPED"
 
 
+class FakeDataset:
+    """Splits into placeholders; its row count and schema are unknown."""
+
+    def streaming_split(self, n, equal):
+        assert equal  # MWMS steps are collectives: shards must be the same size
+        return [object() for _ in range(n)]
+
+    def schema(self):
+        return None
+
+
 def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
     from raytf.data_shard import ShardEpoch
+    from raytf.datasets import DataFeed
 
     ended = [ShardEpoch(0, "train", 0, 7, 448, 64)]
     polls = [
@@ -357,6 +369,7 @@ def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
         ]
     ]
     ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=3))
+    ctrl.data = DataFeed({"train": FakeDataset()}, None)
     with pytest.raises(TrainingFailedError, match="rank 0's shard ended after 7 batches"):
         ctrl.run()
     assert len(FakeGroup.created) == 1
