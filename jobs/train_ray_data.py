@@ -32,7 +32,7 @@ import ray
 
 import raytf
 from raytf.keras_loop import weights_digest
-from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset
+from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
 from raytf.trainer import ensure_ray
 
 FEATURES = [f"f{i}" for i in range(NUM_FEATURES)]
@@ -144,12 +144,7 @@ def train_loop(config: dict) -> dict:
             print(f"epoch {epoch}: {step - steps_before} steps in {took:.1f} s", flush=True)
     out = {"weights_digest": weights_digest(model.get_weights()), "steps": step}
     if count:
-        per_epoch = seen.numpy()
-        out["examples_seen"] = {
-            "min": int(per_epoch.min()),
-            "max": int(per_epoch.max()),
-            "total": int(per_epoch.sum()),
-        }
+        out["examples_seen"] = seen_summary(seen.numpy())  # over every epoch's row
     return out
 
 

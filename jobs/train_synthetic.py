@@ -31,7 +31,7 @@ import ray
 
 import raytf
 from raytf.keras_loop import weights_digest
-from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset
+from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
 
 
 def train_loop(config: dict) -> dict:
@@ -137,12 +137,7 @@ def train_loop(config: dict) -> dict:
             reported = step
     out = {"weights_digest": weights_digest(model.get_weights()), "steps": steps}
     if count_examples:
-        counts = seen.numpy()
-        out["examples_seen"] = {
-            "min": int(counts.min()),
-            "max": int(counts.max()),
-            "total": int(counts.sum()),
-        }
+        out["examples_seen"] = seen_summary(seen.numpy())
     return out
 
 

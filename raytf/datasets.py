@@ -94,6 +94,7 @@ class DataFeed:
         self.error: DataShardError | None = None  # the first shard mismatch: ends the run
         self._check: ShardCheck | None = None
         self._said: set[tuple[str, int]] = set()
+        self._rows: dict[str, int | None] | None = None  # known row counts, asked once
         self._schemas: dict[str, Any] = {}
         self._schema_thread: threading.Thread | None = None
 
@@ -115,8 +116,9 @@ class DataFeed:
 
     def check(self, workers: int, say) -> None:
         """Refuse, before any process starts, a dataset of known size that gives no step."""
-        for name, ds in self.datasets.items():
-            rows = known_rows(ds)
+        if self._rows is None:
+            self._rows = {name: known_rows(ds) for name, ds in self.datasets.items()}
+        for name, rows in self._rows.items():
             if rows is not None:
                 line = plan_rows(name, rows, workers, self.global_batch)
                 if line and (name, workers) not in self._said:

@@ -26,3 +26,9 @@ def make_dataset(
     noise = 0.5 * rng.standard_normal((num_examples, NUM_CLASSES))
     y = np.argmax(x @ teacher.astype(np.float32) + noise, axis=1).astype(np.int32)
     return x, y
+
+
+def seen_summary(counts: np.ndarray) -> dict[str, int]:
+    """The examples' ``--count-examples`` result: how often the least and most used example
+    was trained on, and all uses together (min = max = epochs when nothing was lost)."""
+    return {"min": int(counts.min()), "max": int(counts.max()), "total": int(counts.sum())}
