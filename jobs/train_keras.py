@@ -22,7 +22,7 @@ import time
 import ray
 
 import raytf
-from raytf.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
+from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
 
 
 def build_model(config: dict):

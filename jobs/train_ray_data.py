@@ -4,7 +4,7 @@
     ray job submit --address http://HEAD:8265 --runtime-env-json '{"working_dir": "jobs"}' \
         -- python train_ray_data.py --workers 2 --epochs 3 --storage /shared/runs
 
-The job writes the synthetic data set (``raytf.synthetic``, 8192 rows) as a
+The job writes the synthetic data set (``raytf.data.synthetic``, 8192 rows) as a
 Parquet file of flat columns (``id``, ``label``, ``f0`` .. ``f31``) under the
 storage path, then reads it with Ray Data. The preprocessing runs on Ray
 Data's side, in its own tasks (on CPU nodes of a cluster): a ``map_batches``
@@ -31,8 +31,8 @@ import numpy as np
 import ray
 
 import raytf
-from raytf.keras_loop import weights_digest
-from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
+from raytf.data.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
+from raytf.keras.loop import weights_digest
 from raytf.trainer import ensure_ray
 
 FEATURES = [f"f{i}" for i in range(NUM_FEATURES)]

@@ -30,8 +30,8 @@ import time
 import ray
 
 import raytf
-from raytf.keras_loop import weights_digest
-from raytf.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
+from raytf.data.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
+from raytf.keras.loop import weights_digest
 
 
 def train_loop(config: dict) -> dict:

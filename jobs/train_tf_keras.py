@@ -18,15 +18,15 @@ import time
 import ray
 
 import raytf
-from raytf.keras_loop import weights_digest
-from raytf.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
+from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
+from raytf.keras.loop import weights_digest
 
 
 def train_loop(config: dict) -> dict:
     import tensorflow as tf
     import tf_keras
 
-    from raytf.legacy_keras import ReportCheckpointCallback
+    from raytf.keras.legacy import ReportCheckpointCallback
 
     ctx = raytf.get_context()
     tf_keras.utils.set_random_seed(config["seed"])

@@ -1,7 +1,7 @@
 """raytf: a Ray-orchestrated cluster trainer for TensorFlow's MultiWorkerMirroredStrategy.
 
 The public names load on first use (PEP 562): a process that only needs a
-leaf module (``raytf.synthetic``, the benchmark's hand-launched MWMS workers)
+leaf module (``raytf.data.synthetic``, the benchmark's hand-launched MWMS workers)
 does not pay for importing Ray.
 """
 
@@ -17,13 +17,13 @@ _EXPORTS = {
     "FailureConfig": "raytf.config",
     "RunConfig": "raytf.config",
     "ScalingConfig": "raytf.config",
-    "TrainContext": "raytf.context",
-    "get_context": "raytf.context",
-    "report": "raytf.context",
-    "get_dataset_shard": "raytf.context",
-    "DataShard": "raytf.data_shard",
+    "TrainContext": "raytf.worker.context",
+    "get_context": "raytf.worker.context",
+    "report": "raytf.worker.context",
+    "get_dataset_shard": "raytf.worker.context",
+    "DataShard": "raytf.data.shard",
     "DataShardError": "raytf.errors",
-    "step_end": "raytf.context",
+    "step_end": "raytf.worker.context",
     "ConfigError": "raytf.errors",
     "PlacementTimeoutError": "raytf.errors",
     "RaytfError": "raytf.errors",
@@ -32,10 +32,10 @@ _EXPORTS = {
     "WorkerDiedError": "raytf.errors",
     "WorkerError": "raytf.errors",
     "WorkerHangError": "raytf.errors",
-    "KerasTrainer": "raytf.keras_trainer",
+    "KerasTrainer": "raytf.keras.trainer",
     "Result": "raytf.result",
-    "Session": "raytf.session",
-    "SessionClosedError": "raytf.session",
+    "Session": "raytf.keras.session",
+    "SessionClosedError": "raytf.keras.session",
     "Trainer": "raytf.trainer",
 }
 
@@ -82,8 +82,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from raytf.context import TrainContext, get_context, get_dataset_shard, report, step_end
-    from raytf.data_shard import DataShard
+    from raytf.data.shard import DataShard
     from raytf.errors import (
         ConfigError,
         DataShardError,
@@ -95,7 +94,8 @@ if TYPE_CHECKING:
         WorkerError,
         WorkerHangError,
     )
-    from raytf.keras_trainer import KerasTrainer
+    from raytf.keras.session import Session, SessionClosedError
+    from raytf.keras.trainer import KerasTrainer
     from raytf.result import Result
-    from raytf.session import Session, SessionClosedError
     from raytf.trainer import Trainer
+    from raytf.worker.context import TrainContext, get_context, get_dataset_shard, report, step_end

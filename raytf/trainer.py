@@ -10,14 +10,14 @@ from typing import Any
 
 import ray
 
-from raytf import autoscaling
 from raytf.config import RunConfig, ScalingConfig
-from raytf.controller import Controller
-from raytf.datasets import DataFeed, check_datasets, check_room
-from raytf.elastic import check_batch_splits
+from raytf.data.feed import DataFeed, check_datasets, check_room
+from raytf.driver.controller import Controller
+from raytf.driver.progress import Progress
 from raytf.errors import ConfigError, UnsatisfiableResourcesError
-from raytf.placement import check_satisfiable
-from raytf.progress import Progress
+from raytf.group import autoscaler as autoscaling
+from raytf.group.elastic import check_batch_splits
+from raytf.group.feasibility import check_satisfiable
 from raytf.result import Result
 
 logger = logging.getLogger("raytf")
@@ -125,8 +125,8 @@ class Trainer:
 
     def as_trainable(self):
         """A Ray Tune trainable: one trial, one run of this trainer with the trial's config
-        merged over ``train_loop_config`` (see ``raytf.tune``)."""
-        from raytf.tune import trainable
+        merged over ``train_loop_config`` (see ``raytf.integrations.tune``)."""
+        from raytf.integrations.tune import trainable
 
         return trainable(self)
 

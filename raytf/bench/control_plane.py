@@ -26,9 +26,9 @@ import time
 import ray
 
 from raytf.config import FailureConfig, RunConfig, ScalingConfig
-from raytf.controller import Controller
-from raytf.worker import RaytfWorker
-from raytf.worker_pool import WorkerPool
+from raytf.driver.controller import Controller
+from raytf.group.pool import WorkerPool
+from raytf.worker.actor import RaytfWorker
 
 
 class _CountOnly:

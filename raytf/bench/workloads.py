@@ -40,7 +40,7 @@ class Host(Protocol):
 
 
 def _mlp(keras):
-    from raytf.synthetic import NUM_CLASSES, NUM_FEATURES
+    from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES
 
     return keras.Sequential(
         [
@@ -67,7 +67,7 @@ def _conv(keras):
 
 def _mlp_batches(tf, seed: int, per_replica: int, global_batch: int):
     """Rows ``[s*B, (s+1)*B)`` of the examples' data set at step s, this replica's slice."""
-    from raytf.synthetic import NUM_EXAMPLES, make_dataset
+    from raytf.data.synthetic import NUM_EXAMPLES, make_dataset
 
     x_np, y_np = make_dataset(seed)
     x_all, y_all = tf.constant(x_np), tf.constant(y_np)
@@ -113,7 +113,7 @@ def train(host: Host, config: dict, trace: Trace) -> dict:
     import keras
     import tensorflow as tf
 
-    from raytf.keras_loop import weights_digest
+    from raytf.keras.loop import weights_digest
 
     strategy = host.strategy
     workload = config.get("workload", "mlp")

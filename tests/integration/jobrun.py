@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from raytf.local_cluster import LocalCluster, LocalNode
+from raytf.tools.local.cluster import LocalCluster, LocalNode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")
@@ -55,7 +55,7 @@ class JobRun:
     def state(self) -> dict:
         """What `raytf status RUN_DIR` prints."""
         proc = subprocess.run(
-            [sys.executable, "-m", "raytf.cli", "status", self.run_dir],
+            [sys.executable, "-m", "raytf.tools.cli", "status", self.run_dir],
             capture_output=True,
             text=True,
         )

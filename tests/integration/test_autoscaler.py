@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from raytf.local_cluster import LocalCluster
+from raytf.tools.local.cluster import LocalCluster
 
 from .jobrun import JOB, ROOT
 

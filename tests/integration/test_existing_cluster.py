@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from raytf.local_cluster import LocalCluster
+from raytf.tools.local.cluster import LocalCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from raytf.local_cluster import LocalNode
+from raytf.tools.local.cluster import LocalNode
 
 from .jobrun import ROOT
 
 pytestmark = pytest.mark.slow
 
-RAYTF = [sys.executable, "-m", "raytf.cli"]
+RAYTF = [sys.executable, "-m", "raytf.tools.cli"]
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 

@@ -10,7 +10,7 @@ import ray
 
 import jobs.train_ray_data as train_ray_data
 import raytf
-from raytf.synthetic import NUM_EXAMPLES
+from raytf.data.synthetic import NUM_EXAMPLES
 
 from .cluster_state import assert_nothing_left
 from .jobrun import JobRun

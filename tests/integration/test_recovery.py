@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from raytf.checkpoint import CKPT_DIR, MANIFEST
+from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST
 
 from .jobrun import FAULT_ARGS, JobRun
 

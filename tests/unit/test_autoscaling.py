@@ -2,9 +2,10 @@
 
 import pytest
 
-from raytf import autoscaling, trainer
+from raytf import trainer
 from raytf.config import ScalingConfig
 from raytf.errors import UnsatisfiableResourcesError
+from raytf.group import autoscaler as autoscaling
 
 pytestmark = pytest.mark.unit
 

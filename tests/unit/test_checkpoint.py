@@ -5,7 +5,8 @@ import os
 import pytest
 
 from raytf import CheckpointConfig, ConfigError
-from raytf.checkpoint import (
+from raytf.driver.checkpoint_commits import CheckpointCoordinator
+from raytf.rundir.checkpoints import (
     CKPT_DIR,
     CheckpointPart,
     commit,
@@ -14,8 +15,7 @@ from raytf.checkpoint import (
     prune,
     step_dirname,
 )
-from raytf.checkpoint_coordinator import CheckpointCoordinator
-from raytf.storage import Storage
+from raytf.rundir.storage import Storage
 
 
 def write_parts(storage: Storage, step: int, world: int = 2) -> list[CheckpointPart]:
@@ -149,7 +149,7 @@ class _Var:
 
 
 def test_variables_signature_counts_what_each_tracked_object_holds():
-    from raytf.checkpoint_writer import variables_signature
+    from raytf.worker.traced_save import variables_signature
 
     model, optimizer = _Holder(6), _Holder(2)
     tracked = {"model": model, "optimizer": optimizer, "seen": _Var()}
@@ -160,6 +160,6 @@ def test_variables_signature_counts_what_each_tracked_object_holds():
 
 
 def test_variables_signature_gives_up_on_objects_that_do_not_list_their_variables():
-    from raytf.checkpoint_writer import variables_signature
+    from raytf.worker.traced_save import variables_signature
 
     assert variables_signature({"model": _Holder(1), "iterator": object()}) is None

@@ -6,8 +6,8 @@ import os
 import pytest
 import yaml
 
-from raytf.cli import main
-from raytf.cluster_validate import validate_file
+from raytf.tools.cli import main
+from raytf.tools.validate.launcher import validate_file
 
 pytestmark = pytest.mark.unit
 

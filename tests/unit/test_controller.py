@@ -2,11 +2,10 @@
 
 import pytest
 
-from raytf.checkpoint import CheckpointPart
 from raytf.config import FailureConfig, RunConfig, ScalingConfig
-from raytf.context import Report
-from raytf.controller import Controller, State
-from raytf.elastic import WorldSize
+from raytf.driver.controller import Controller, State
+from raytf.driver.failure_policy import pick_root_cause
+from raytf.driver.progress import Progress
 from raytf.errors import (
     PlacementTimeoutError,
     PortClashError,
@@ -14,9 +13,10 @@ from raytf.errors import (
     WorkerDiedError,
     WorkerError,
 )
-from raytf.failure_policy import pick_root_cause
-from raytf.progress import Progress
-from raytf.worker import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
+from raytf.group.elastic import WorldSize
+from raytf.rundir.checkpoints import CheckpointPart
+from raytf.worker.actor import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
+from raytf.worker.context import Report
 
 
 class FakePool:
@@ -133,8 +133,8 @@ def running(*steps):
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch):
-    monkeypatch.setattr("raytf.controller.POLL_INTERVAL_S", 0)
-    monkeypatch.setattr("raytf.controller.COLLATERAL_GRACE_S", 0)
+    monkeypatch.setattr("raytf.driver.controller.POLL_INTERVAL_S", 0)
+    monkeypatch.setattr("raytf.driver.controller.COLLATERAL_GRACE_S", 0)
 
 
 def test_happy_path_states_history_and_results(tmp_path):
@@ -167,7 +167,7 @@ def test_port_clash_restarts_the_group_on_new_ports(tmp_path):
 
 
 def test_port_clash_forever_gives_up(tmp_path, monkeypatch):
-    monkeypatch.setattr("raytf.controller.MAX_PORT_RETRIES", 2)
+    monkeypatch.setattr("raytf.driver.controller.MAX_PORT_RETRIES", 2)
     clash = {a: PortClashError(f"clash {a}") for a in range(1, 10)}
     ctrl = make_controller(tmp_path, {"setup_errors": clash})
     with pytest.raises(TrainingFailedError, match="clash 3"):
@@ -266,7 +266,7 @@ def test_root_cause_prefers_user_error_over_peer_abort():
 
 
 def test_elastic_group_grows_at_the_checkpoint_it_asks_for(tmp_path, monkeypatch):
-    monkeypatch.setattr("raytf.resizing.GROW_CHECK_INTERVAL_S", 0)
+    monkeypatch.setattr("raytf.driver.resize_policy.GROW_CHECK_INTERVAL_S", 0)
     part = [CheckpointPart(r, 10, {}, 0.01, "resize") for r in range(2)]
     polls = [
         running(9, 9),
@@ -358,8 +358,8 @@ class FakeDataset:
 
 
 def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
-    from raytf.data_shard import ShardEpoch
-    from raytf.datasets import DataFeed
+    from raytf.data.feed import DataFeed
+    from raytf.data.shard import ShardEpoch
 
     ended = [ShardEpoch(0, "train", 0, 7, 448, 64)]
     polls = [

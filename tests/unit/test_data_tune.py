@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from raytf.config import ScalingConfig
-from raytf.data_shard import DataShard, ShardEpoch
-from raytf.datasets import ShardCheck, check_datasets, check_room, plan_rows
+from raytf.data.feed import ShardCheck, check_datasets, check_room, plan_rows
+from raytf.data.shard import DataShard, ShardEpoch
 from raytf.errors import ConfigError, DataShardError
 
 pytestmark = pytest.mark.unit
@@ -81,7 +81,7 @@ def test_per_replica_batch_must_divide():
 
 
 def test_trial_reserves_an_empty_driver_bundle_and_one_per_worker():
-    from raytf.tune import trial_resources
+    from raytf.integrations.tune import trial_resources
 
     pgf = trial_resources(ScalingConfig(num_workers=3, resources_per_worker={"CPU": 2}))
     assert pgf.bundles == [{}, {"CPU": 2.0}, {"CPU": 2.0}, {"CPU": 2.0}] or (
@@ -95,7 +95,7 @@ def test_trial_reserves_an_empty_driver_bundle_and_one_per_worker():
 
 
 def test_trial_slots_refuse_a_reservation_of_another_shape():
-    from raytf.slots import TrialSlots
+    from raytf.group.slots import TrialSlots
 
     pg = SimpleNamespace(bundle_specs=[{"CPU": 1.0}])
     with pytest.raises(ConfigError, match="not 2 x"):
@@ -109,10 +109,10 @@ def test_trial_slots_refuse_a_reservation_of_another_shape():
 def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path):
     """save_checkpoint hands Tune the committed step directory; a restored trial puts it
     where raytf looks, so its driver resumes from it (here: another run directory)."""
-    from raytf.checkpoint import commit, latest_intact
     from raytf.config import RunConfig
-    from raytf.storage import Storage
-    from raytf.tune import trainable
+    from raytf.integrations.tune import trainable
+    from raytf.rundir.checkpoints import commit, latest_intact
+    from raytf.rundir.storage import Storage
 
     from .test_checkpoint import write_parts
 
@@ -141,7 +141,7 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
 
 
 def test_checkpoint_step_reads_the_raytf_step_a_tune_checkpoint_holds(tmp_path):
-    from raytf.tune import checkpoint_step
+    from raytf.integrations.tune import checkpoint_step
 
     assert checkpoint_step(None) is None
     assert checkpoint_step(str(tmp_path)) is None  # what Tune saves for an early stop

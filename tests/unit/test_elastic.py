@@ -3,7 +3,7 @@
 import pytest
 
 from raytf import ConfigError, RunConfig, ScalingConfig, Session, Trainer
-from raytf.elastic import Resize, choose_world_size
+from raytf.group.elastic import Resize, choose_world_size
 
 
 @pytest.mark.parametrize(

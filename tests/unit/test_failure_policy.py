@@ -1,6 +1,7 @@
 import pytest
 
 from raytf.config import FailureConfig
+from raytf.driver.failure_policy import Decision, Failure, FailureKind, FailurePolicy, classify
 from raytf.errors import (
     CheckpointRestoreError,
     WorkerDiedError,
@@ -8,7 +9,6 @@ from raytf.errors import (
     WorkerHangError,
     WorkerSetupError,
 )
-from raytf.failure_policy import Decision, Failure, FailureKind, FailurePolicy, classify
 
 
 @pytest.mark.parametrize(

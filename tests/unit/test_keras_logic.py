@@ -2,14 +2,14 @@
 
 import pytest
 
-from raytf.batching import per_replica_batch, steps_per_epoch_from_shards
+from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.errors import ConfigError
-from raytf.keras_callbacks import callbacks_for_rank, check_callbacks
-from raytf.keras_loop import FitSpec, call_user
-from raytf.keras_steps import check_step_mode
-from raytf.keras_trainer import check_fit_options
+from raytf.keras.callbacks import callbacks_for_rank, check_callbacks
+from raytf.keras.loop import FitSpec, call_user
+from raytf.keras.steps import check_step_mode
+from raytf.keras.trainer import check_fit_options
 from raytf.result import history_from_reports
-from raytf.worker_checkpoint import _crossed
+from raytf.worker.checkpointer import _crossed
 
 pytestmark = pytest.mark.unit
 

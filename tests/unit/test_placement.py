@@ -1,7 +1,7 @@
 import pytest
 
 from raytf.errors import UnsatisfiableResourcesError
-from raytf.placement import check_satisfiable
+from raytf.group.feasibility import check_satisfiable
 
 TWO_NODES = [{"CPU": 4.0, "memory": 1e9}, {"CPU": 8.0, "GPU": 2.0}]
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from raytf.tf_config import build_tf_config, format_address, tf_config_json
+from raytf.group.tf_config import build_tf_config, format_address, tf_config_json
 
 
 def test_every_rank_sees_the_same_cluster_and_its_own_index():
@@ -40,7 +40,7 @@ def test_bad_layouts_are_refused(addrs, rank, match):
 
 
 def test_port_clash_is_recognised_from_tf_errors():
-    from raytf.ports import is_port_clash, reserve_port
+    from raytf.worker.ports import is_port_clash, reserve_port
 
     # What TF 2.21 raises when its gRPC server cannot bind (seen here with a taken port).
     assert is_port_clash("UnknownError: Could not start gRPC server")

@@ -16,11 +16,11 @@ import os
 import time
 from typing import Any
 
-from raytf.checkpoint import CommittedCheckpoint
 from raytf.config import ScalingConfig
-from raytf.elastic import Resize, WorldSize
-from raytf.progress import Progress
-from raytf.run_state import RunState
+from raytf.driver.progress import Progress
+from raytf.group.elastic import Resize, WorldSize
+from raytf.rundir.checkpoints import CommittedCheckpoint
+from raytf.rundir.run_state import RunState
 
 DRAIN_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_DRAIN_CHECK_INTERVAL_S", "1.0"))
 GROW_CHECK_INTERVAL_S = float(os.environ.get("RAYTF_GROW_CHECK_INTERVAL_S", "2.0"))

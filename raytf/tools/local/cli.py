@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from raytf.local_cluster import LocalCluster
+from raytf.tools.local.cluster import LocalCluster
 
 DEFAULT_STATE = os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json")
 

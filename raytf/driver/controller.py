@@ -33,9 +33,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raytf.checkpoint_coordinator import CheckpointCoordinator
 from raytf.config import RunConfig, ScalingConfig
-from raytf.datasets import DataFeed
+from raytf.data.feed import DataFeed
+from raytf.driver.checkpoint_commits import CheckpointCoordinator
+from raytf.driver.failure_policy import (
+    Decision,
+    Failure,
+    FailureKind,
+    FailurePolicy,
+    classify,
+    failure_message,
+    pick_root_cause,
+)
+from raytf.driver.progress import Progress
+from raytf.driver.resize_policy import PREEMPTION, RESIZE, Resizer
+from raytf.driver.round_times import RoundTimes
+from raytf.driver.watchdog import Watchdog
 from raytf.errors import (
     CheckpointRestoreError,
     DataShardError,
@@ -46,25 +59,12 @@ from raytf.errors import (
     WorkerDiedError,
     WorkerSetupError,
 )
-from raytf.failure_policy import (
-    Decision,
-    Failure,
-    FailureKind,
-    FailurePolicy,
-    classify,
-    failure_message,
-    pick_root_cause,
-)
-from raytf.progress import Progress
-from raytf.resizing import PREEMPTION, RESIZE, Resizer
+from raytf.group.pool import WorkerPool
+from raytf.group.worker_group import WorkerGroup
 from raytf.result import Result
-from raytf.round_times import RoundTimes
-from raytf.run_state import RunState
-from raytf.storage import Storage
-from raytf.watchdog import Watchdog
-from raytf.worker import FAILED, FINISHED, WorkerPoll
-from raytf.worker_group import WorkerGroup
-from raytf.worker_pool import WorkerPool
+from raytf.rundir.run_state import RunState
+from raytf.rundir.storage import Storage
+from raytf.worker.actor import FAILED, FINISHED, WorkerPoll
 
 logger = logging.getLogger("raytf")
 

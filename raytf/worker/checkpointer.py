@@ -33,10 +33,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from raytf.checkpoint import TF_PREFIX, CheckpointPart
-from raytf.checkpoint_writer import CheckpointWriter
 from raytf.errors import CheckpointRestoreError
-from raytf.storage import Storage
+from raytf.rundir.checkpoints import TF_PREFIX, CheckpointPart
+from raytf.rundir.storage import Storage
+from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
 

@@ -11,7 +11,8 @@ import logging
 import time
 from collections import defaultdict
 
-from raytf.checkpoint import (
+from raytf.config import CheckpointConfig
+from raytf.rundir.checkpoints import (
     CKPT_DIR,
     CheckpointPart,
     CommittedCheckpoint,
@@ -20,8 +21,7 @@ from raytf.checkpoint import (
     mark_bad,
     prune,
 )
-from raytf.config import CheckpointConfig
-from raytf.storage import Storage
+from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 

@@ -30,12 +30,12 @@ from collections.abc import Callable
 from typing import Any
 
 from raytf.config import RunConfig, ScalingConfig
-from raytf.context import Reply
 from raytf.errors import ConfigError, RaytfError
-from raytf.keras_loop import SESSION_ERROR_KEY, FitSpec, run_session
-from raytf.keras_trainer import check_fit_options, known_replicas
+from raytf.keras.loop import SESSION_ERROR_KEY, FitSpec, run_session
+from raytf.keras.trainer import check_fit_options, known_replicas
 from raytf.result import Result
 from raytf.trainer import make_controller
+from raytf.worker.context import Reply
 
 
 class SessionClosedError(RaytfError):

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from raytf.run_state import STATE_FILE, read_state
+from raytf.rundir.run_state import STATE_FILE, read_state
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from raytf.cluster_validate import validate_file
+    from raytf.tools.validate.launcher import validate_file
 
     job = None
     if args.job_resources:
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='one worker\'s resources as JSON, e.g. \'{"GPU": 1, "CPU": 8}\'; a pool must fit it',
     )
     validate.set_defaults(func=_validate)
-    from raytf.local_cli import add_parser as add_local
+    from raytf.tools.local.cli import add_parser as add_local
 
     add_local(sub)
     bench = sub.add_parser(

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from raytf.context import Report
+from raytf.worker.context import Report
 
 _SHOWN_FIRST = ("loss", "accuracy")
 

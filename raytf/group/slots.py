@@ -23,10 +23,10 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raytf import autoscaling
 from raytf.config import ScalingConfig
-from raytf.elastic import WorldSize, choose_world_size
 from raytf.errors import ConfigError, PlacementTimeoutError
+from raytf.group import autoscaler as autoscaling
+from raytf.group.elastic import WorldSize, choose_world_size
 
 logger = logging.getLogger("raytf")
 
@@ -149,14 +149,14 @@ class TrialSlots:
 
     def __init__(self, scaling: ScalingConfig, pg):
         bundle = scaling.worker_resources()
-        # The workers' bundles come first; one after them is Ray Data's (raytf.tune).
+        # The workers' bundles come first; one after them is Ray Data's (raytf.integrations.tune).
         specs = [{k: v for k, v in b.items() if v} for b in pg.bundle_specs]
         workers = specs[: scaling.num_workers]
         if len(workers) != scaling.num_workers or any(b != bundle for b in workers):
             raise ConfigError(
                 f"the trial's placement group holds {specs}, not {scaling.num_workers} x "
                 f"{bundle}: give the trainable raytf's resource request "
-                "(raytf.tune.trainable or Trainer.as_trainable set it)"
+                "(raytf.integrations.tune.trainable or Trainer.as_trainable set it)"
             )
         self.pg = pg
         self.n = scaling.num_workers

@@ -17,13 +17,13 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
-from raytf.devices import collective_implementation
-from raytf.elastic import WorldSize
 from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
-from raytf.slots import draining_nodes
-from raytf.tf_config import tf_config_json
-from raytf.worker import WorkerInfo, WorkerPoll
-from raytf.worker_pool import WorkerPool, kill_actor
+from raytf.group.elastic import WorldSize
+from raytf.group.pool import WorkerPool, kill_actor
+from raytf.group.slots import draining_nodes
+from raytf.group.tf_config import tf_config_json
+from raytf.worker.actor import WorkerInfo, WorkerPoll
+from raytf.worker.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from raytf.validate_kuberay import check_kuberay
-from raytf.validate_rules import Problem, credentials, job_fits
+from raytf.tools.validate.kuberay import check_kuberay
+from raytf.tools.validate.rules import Problem, credentials, job_fits
 
 _GPU_INSTANCE_PREFIXES = ("p2", "p3", "p4", "p5", "g4", "g5", "g6")  # NVIDIA GPU families
 

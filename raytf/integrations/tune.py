@@ -34,10 +34,10 @@ from typing import Any
 from ray import tune
 from ray.util import get_current_placement_group
 
-from raytf.checkpoint import CKPT_DIR, step_dirname
 from raytf.config import ScalingConfig
 from raytf.errors import ConfigError
-from raytf.storage import Storage
+from raytf.rundir.checkpoints import CKPT_DIR, step_dirname
+from raytf.rundir.storage import Storage
 
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
 

@@ -25,12 +25,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from raytf.batching import per_replica_batch
 from raytf.config import RunConfig, ScalingConfig
+from raytf.data.batching import per_replica_batch
 from raytf.errors import ConfigError
-from raytf.keras_callbacks import check_callbacks
-from raytf.keras_loop import FitSpec, run_fit
-from raytf.keras_steps import check_step_mode
+from raytf.keras.callbacks import check_callbacks
+from raytf.keras.loop import FitSpec, run_fit
+from raytf.keras.steps import check_step_mode
 from raytf.result import Result
 from raytf.trainer import Trainer
 
@@ -134,7 +134,7 @@ class KerasTrainer:
         )
 
     def as_trainable(self):
-        """A Ray Tune trainable (``raytf.tune``): the trial's config is merged over
+        """A Ray Tune trainable (``raytf.integrations.tune``): the trial's config is merged over
         ``train_loop_config``, which ``build_model(config)`` receives."""
         return self._trainer.as_trainable()
 

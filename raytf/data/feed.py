@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from raytf.data_shard import ShardEpoch
+from raytf.data.shard import ShardEpoch
 from raytf.errors import ConfigError, DataShardError
 
 

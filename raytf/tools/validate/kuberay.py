@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from raytf.validate_rules import Problem, credentials, job_fits
+from raytf.tools.validate.rules import Problem, credentials, job_fits
 
 
 def check_kuberay(

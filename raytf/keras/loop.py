@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from raytf.batching import per_replica_batch, steps_per_epoch_from_shards
-from raytf.context import TrainContext, get_context
+from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.errors import ConfigError
-from raytf.keras_callbacks import callbacks_for_rank
-from raytf.keras_steps import make_test_function, make_train_function
+from raytf.keras.callbacks import callbacks_for_rank
+from raytf.keras.steps import make_test_function, make_train_function
+from raytf.worker.context import TrainContext, get_context
 
 # Session commands that run no collective, so an error in one leaves the group usable.
 LOCAL_OPS = ("set_learning_rate", "describe", "get_weights")

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raytf.storage import Storage
+from raytf.rundir.storage import Storage
 
 STATE_FILE = "state.json"
 

@@ -20,10 +20,10 @@ import ray
 from ray.exceptions import RayActorError
 
 from raytf.config import ScalingConfig
-from raytf.elastic import WorldSize, choose_world_size
 from raytf.errors import WorkerSetupError
-from raytf.slots import alive_node_ids, make_slots
-from raytf.worker import RaytfWorker
+from raytf.group.elastic import WorldSize, choose_world_size
+from raytf.group.slots import alive_node_ids, make_slots
+from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")
 

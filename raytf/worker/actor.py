@@ -23,14 +23,14 @@ from typing import Any
 import ray
 from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
-from raytf.checkpoint import CheckpointPart
-from raytf.context import Reply, Report, TrainContext, _ReportBuffer, _set_context
-from raytf.data_shard import ShardEpoch
-from raytf.devices import cuda_visible_devices
+from raytf.data.shard import ShardEpoch
 from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
-from raytf.ports import is_port_clash, reserve_port
-from raytf.storage import Storage
-from raytf.worker_checkpoint import WorkerCheckpointer
+from raytf.rundir.checkpoints import CheckpointPart
+from raytf.rundir.storage import Storage
+from raytf.worker.checkpointer import WorkerCheckpointer
+from raytf.worker.context import Reply, Report, TrainContext, _ReportBuffer, _set_context
+from raytf.worker.devices import cuda_visible_devices
+from raytf.worker.ports import is_port_clash, reserve_port
 
 IDLE, RUNNING, FINISHED, FAILED = "idle", "running", "finished", "failed"
 

@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from raytf.storage import Storage
+from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import tf_keras
 
-from raytf.context import get_context
+from raytf.worker.context import get_context
 
 
 class ReportCheckpointCallback(tf_keras.callbacks.Callback):

@@ -131,7 +131,7 @@ class TrainContext:
                     f"no dataset named {name!r}: the trainer's datasets are {given} "
                     "(Trainer(datasets={...}))"
                 )
-            from raytf.data_shard import DataShard
+            from raytf.data.shard import DataShard
 
             self._shards[name] = DataShard(
                 name,

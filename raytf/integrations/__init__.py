@@ -1,0 +1,1 @@
+"""raytf inside other Ray libraries' loops (Ray Tune)."""

@@ -1,0 +1,1 @@
+"""What an operator runs: the ``raytf`` CLI, the local multi-node simulation, config validation."""

@@ -1,0 +1,1 @@
+"""``raytf validate``: cluster YAML (Ray's launcher and KubeRay) checked against raytf's needs."""
