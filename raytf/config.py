@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytf.errors import ConfigError
+from raytf.settings import Settings
 
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
-DEFAULT_STORAGE_PATH = os.path.join(os.path.expanduser("~"), "raytf_results")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -245,9 +245,7 @@ class RunConfig:
                 "(it becomes a directory name)"
             )
         if self.storage_path is None:
-            object.__setattr__(
-                self, "storage_path", os.environ.get("RAYTF_STORAGE_PATH", DEFAULT_STORAGE_PATH)
-            )
+            object.__setattr__(self, "storage_path", Settings.from_env().storage_path)
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"RunConfig.verbose = {self.verbose!r}: must be 0, 1 or 2")
         for fname in ("progress_interval_s", "setup_timeout_s", "placement_timeout_s"):

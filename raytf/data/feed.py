@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from raytf.data.shard import ShardEpoch
 from raytf.errors import ConfigError, DataShardError
+from raytf.messages import ShardEpoch
 
 
 def check_datasets(datasets: Any) -> dict[str, Any]:

@@ -25,20 +25,9 @@ ends make a recovery exact (see docs/data_and_tune.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class ShardEpoch:
-    """One rank's shard of one dataset reached the end of an epoch."""
-
-    rank: int
-    dataset: str
-    epoch: int  # 0-based, counted by this attempt
-    batches: int  # per-replica batches the shard gave
-    rows: int  # rows in those batches
-    batch_size: int  # per-replica batch size
+from raytf.messages import ShardEpoch
 
 
 def _columns(cols: str | list[str] | None) -> list[str]:

@@ -12,9 +12,9 @@ import time
 from collections import defaultdict
 
 from raytf.config import CheckpointConfig
+from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import (
     CKPT_DIR,
-    CheckpointPart,
     CommittedCheckpoint,
     commit,
     latest_intact,

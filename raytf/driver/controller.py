@@ -61,10 +61,10 @@ from raytf.errors import (
 )
 from raytf.group.pool import WorkerPool
 from raytf.group.worker_group import WorkerGroup
+from raytf.messages import FAILED, FINISHED, WorkerPoll
 from raytf.result import Result
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage
-from raytf.worker.actor import FAILED, FINISHED, WorkerPoll
 
 logger = logging.getLogger("raytf")
 

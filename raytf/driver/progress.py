@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from raytf.worker.context import Report
+from raytf.messages import Report
 
 _SHOWN_FIRST = ("loss", "accuracy")
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 
 import yaml
 
+from raytf.settings import Settings
+
 logger = logging.getLogger("raytf")
 
 AUTOSCALING_STATUS_KEY = b"__autoscaling_status"  # written by Ray's autoscaler (monitor)
@@ -59,7 +61,7 @@ def reports_node_types(status: dict) -> bool:
 
 def node_types() -> dict[str, dict] | None:
     """The autoscaling config's worker node types, or None when no config is at hand."""
-    path = os.environ.get("RAYTF_AUTOSCALER_CONFIG") or os.path.expanduser(BOOTSTRAP_CONFIG)
+    path = Settings.from_env().autoscaler_config or os.path.expanduser(BOOTSTRAP_CONFIG)
     try:
         with open(path) as f:
             config = yaml.safe_load(f) or {}

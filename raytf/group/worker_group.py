@@ -22,7 +22,7 @@ from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool, kill_actor
 from raytf.group.slots import draining_nodes
 from raytf.group.tf_config import tf_config_json
-from raytf.worker.actor import WorkerInfo, WorkerPoll
+from raytf.messages import WorkerInfo, WorkerPoll
 from raytf.worker.devices import collective_implementation
 
 logger = logging.getLogger("raytf")

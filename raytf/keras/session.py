@@ -33,9 +33,9 @@ from raytf.config import RunConfig, ScalingConfig
 from raytf.errors import ConfigError, RaytfError
 from raytf.keras.loop import SESSION_ERROR_KEY, FitSpec, run_session
 from raytf.keras.trainer import check_fit_options, known_replicas
+from raytf.messages import Reply
 from raytf.result import Result
 from raytf.trainer import make_controller
-from raytf.worker.context import Reply
 
 
 class SessionClosedError(RaytfError):

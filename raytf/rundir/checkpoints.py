@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
@@ -28,17 +29,6 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 
 def step_dirname(step: int) -> str:
     return f"step_{step:09d}"
-
-
-@dataclass(frozen=True)
-class CheckpointPart:
-    """One rank's report that its part of the checkpoint at ``step`` is written."""
-
-    rank: int
-    step: int
-    files: dict[str, int]  # name -> size in bytes, relative to the step directory
-    seconds: float
-    reason: str = "interval"  # interval | time | termination | request
 
 
 @dataclass(frozen=True)

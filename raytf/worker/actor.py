@@ -17,55 +17,28 @@ import sys
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
 import ray
 from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
-from raytf.data.shard import ShardEpoch
 from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
-from raytf.rundir.checkpoints import CheckpointPart
+from raytf.messages import (
+    FAILED,
+    FINISHED,
+    IDLE,
+    RUNNING,
+    CheckpointPart,
+    Reply,
+    Report,
+    ShardEpoch,
+    WorkerInfo,
+    WorkerPoll,
+)
 from raytf.rundir.storage import Storage
 from raytf.worker.checkpointer import WorkerCheckpointer
-from raytf.worker.context import Reply, Report, TrainContext, _ReportBuffer, _set_context
+from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.ports import is_port_clash, reserve_port
-
-IDLE, RUNNING, FINISHED, FAILED = "idle", "running", "finished", "failed"
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    """Where a worker lives; what ``raytf status`` shows and tests signal."""
-
-    rank: int
-    node_ip: str
-    node_id: str
-    hostname: str
-    pid: int
-    port: int
-    gpu_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class WorkerPoll:
-    """One answer to the driver's poll: what happened since the last one."""
-
-    rank: int
-    state: str
-    reports: list[Report] = field(default_factory=list)
-    parts: list[CheckpointPart] = field(default_factory=list)
-    step: int | None = None  # last step passed to step_end
-    notice: str | None = None  # a termination notice seen by the group
-    replies: list[Reply] = field(default_factory=list)  # answers to session commands
-    waiting: bool = False  # idle until the next session command
-    beats: int = 0  # heartbeats from work between steps (evaluation)
-    error: BaseException | None = None
-    result: Any = None
-    ended_at: float | None = None  # wall time the user's function returned or raised
-    shard_epochs: list[ShardEpoch] = field(default_factory=list)  # epochs the shards finished
-    positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
 
 
 def _import_tensorflow() -> None:

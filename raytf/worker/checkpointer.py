@@ -34,7 +34,8 @@ from collections.abc import Callable
 import numpy as np
 
 from raytf.errors import CheckpointRestoreError
-from raytf.rundir.checkpoints import TF_PREFIX, CheckpointPart
+from raytf.messages import CheckpointPart
+from raytf.rundir.checkpoints import TF_PREFIX
 from raytf.rundir.storage import Storage
 from raytf.worker.traced_save import CheckpointWriter
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf.messages import Reply, Report
+
 
 def _to_python(value: Any) -> Any:
     """Plain Python values travel cheaply and print well; tensors and numpy do neither."""
@@ -23,25 +25,6 @@ def _to_python(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return value
-
-
-@dataclass(frozen=True)
-class Report:
-    """One call of ``report`` on one worker."""
-
-    rank: int
-    metrics: dict[str, Any]
-    examples: int | None
-    time: float
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A worker's answer to one command of an interactive session."""
-
-    rank: int
-    command_id: int
-    value: Any
 
 
 @dataclass

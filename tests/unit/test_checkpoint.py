@@ -6,15 +6,8 @@ import pytest
 
 from raytf import CheckpointConfig, ConfigError
 from raytf.driver.checkpoint_commits import CheckpointCoordinator
-from raytf.rundir.checkpoints import (
-    CKPT_DIR,
-    CheckpointPart,
-    commit,
-    committed,
-    latest_intact,
-    prune,
-    step_dirname,
-)
+from raytf.messages import CheckpointPart
+from raytf.rundir.checkpoints import CKPT_DIR, commit, committed, latest_intact, prune, step_dirname
 from raytf.rundir.storage import Storage
 
 

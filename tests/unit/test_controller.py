@@ -14,9 +14,7 @@ from raytf.errors import (
     WorkerError,
 )
 from raytf.group.elastic import WorldSize
-from raytf.rundir.checkpoints import CheckpointPart
-from raytf.worker.actor import FAILED, FINISHED, RUNNING, WorkerInfo, WorkerPoll
-from raytf.worker.context import Report
+from raytf.messages import FAILED, FINISHED, RUNNING, CheckpointPart, Report, WorkerInfo, WorkerPoll
 
 
 class FakePool:
@@ -359,7 +357,7 @@ class FakeDataset:
 
 def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
     from raytf.data.feed import DataFeed
-    from raytf.data.shard import ShardEpoch
+    from raytf.messages import ShardEpoch
 
     ended = [ShardEpoch(0, "train", 0, 7, 448, 64)]
     polls = [

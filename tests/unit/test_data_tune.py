@@ -7,8 +7,9 @@ import pytest
 
 from raytf.config import ScalingConfig
 from raytf.data.feed import ShardCheck, check_datasets, check_room, plan_rows
-from raytf.data.shard import DataShard, ShardEpoch
+from raytf.data.shard import DataShard
 from raytf.errors import ConfigError, DataShardError
+from raytf.messages import ShardEpoch
 
 pytestmark = pytest.mark.unit
 

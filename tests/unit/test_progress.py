@@ -1,7 +1,7 @@
 import io
 
 from raytf.driver.progress import Progress
-from raytf.worker.context import Report
+from raytf.messages import Report
 
 
 def test_line_shows_step_metrics_and_rate():

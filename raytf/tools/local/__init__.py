@@ -1,1 +1,1 @@
-"""``raytf local``: a multi-node Ray cluster simulated on one machine, one process group per node."""
+"""``raytf local``: a multi-node Ray cluster simulated on one machine."""

@@ -16,13 +16,12 @@ import os
 import sys
 import time
 
+from raytf.settings import Settings
 from raytf.tools.local.cluster import LocalCluster
-
-DEFAULT_STATE = os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json")
 
 
 def _state_path(args: argparse.Namespace) -> str:
-    return args.state or os.environ.get("RAYTF_LOCAL_STATE", DEFAULT_STATE)
+    return args.state or Settings.from_env().local_state
 
 
 def _load(path: str) -> LocalCluster | None:

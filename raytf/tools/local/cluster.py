@@ -24,10 +24,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from raytf.settings import Settings
+
 READY_MARKER = "Ray runtime started"
 WORKER_PORT_BASE = 20000
 WORKER_PORTS_PER_NODE = 400  # up to 32 nodes below 32768
-START_TIMEOUT_S = float(os.environ.get("RAYTF_NODE_START_TIMEOUT_S", "90"))
 
 
 def _free_port(host: str) -> int:
@@ -269,7 +270,8 @@ class LocalCluster:
         return path
 
     def _wait_ready(self, node: LocalNode) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        timeout_s = Settings.from_env().node_start_timeout_s
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with open(node.log_path, errors="replace") as f:
                 text = f.read()
@@ -279,7 +281,7 @@ class LocalCluster:
                 error = _RegistrationTimeout if STARTUP_TIMED_OUT in text else RuntimeError
                 raise error(f"ray start for node {node.index} exited:\n{text[-3000:]}")
             time.sleep(0.2)
-        raise RuntimeError(f"node {node.index} did not start in {START_TIMEOUT_S:.0f} s")
+        raise RuntimeError(f"node {node.index} did not start in {timeout_s:.0f} s")
 
     def kill_node(self, index: int, sig: int = signal.SIGKILL) -> None:
         """End one node abruptly, as a lost machine would (SIGKILL by default)."""

@@ -1,0 +1,105 @@
+"""Every type that crosses the driver/worker boundary, in one place.
+
+The driver and the worker actor agree on these and on nothing else: the
+driver never imports the actor's module, and a new field is added here once.
+They travel through Ray (pickled), so each is a small frozen dataclass of
+plain values.
+
+Worker to driver, drained by the driver's poll: ``WorkerPoll`` carries the
+``Report``s, ``CheckpointPart``s, ``ShardEpoch``s and session ``Reply``s the
+worker produced since the last poll. Driver to worker: ``Command`` (one step
+of an interactive session); ``WorkerInfo`` is the worker's answer to the
+group's port reservation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# A worker's state, as its poll says: before start, running the user's function, done.
+IDLE, RUNNING, FINISHED, FAILED = "idle", "running", "finished", "failed"
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker lives; what ``raytf status`` shows and tests signal."""
+
+    rank: int
+    node_ip: str
+    node_id: str
+    hostname: str
+    pid: int
+    port: int
+    gpu_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """One call of ``report`` on one worker."""
+
+    rank: int
+    metrics: dict[str, Any]
+    examples: int | None
+    time: float
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A worker's answer to one command of an interactive session."""
+
+    rank: int
+    command_id: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of an interactive session; every rank runs each, in the same order."""
+
+    id: int
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointPart:
+    """One rank's report that its part of the checkpoint at ``step`` is written."""
+
+    rank: int
+    step: int
+    files: dict[str, int]  # name -> size in bytes, relative to the step directory
+    seconds: float
+    reason: str = "interval"  # interval | time | termination | resize | session
+
+
+@dataclass(frozen=True)
+class ShardEpoch:
+    """One rank's shard of one dataset reached the end of an epoch."""
+
+    rank: int
+    dataset: str
+    epoch: int  # 0-based, counted by this attempt
+    batches: int  # per-replica batches the shard gave
+    rows: int  # rows in those batches
+    batch_size: int  # per-replica batch size
+
+
+@dataclass(frozen=True)
+class WorkerPoll:
+    """One answer to the driver's poll: what happened since the last one."""
+
+    rank: int
+    state: str
+    reports: list[Report] = field(default_factory=list)
+    parts: list[CheckpointPart] = field(default_factory=list)
+    step: int | None = None  # last step passed to step_end
+    notice: str | None = None  # a termination notice seen by the group
+    replies: list[Reply] = field(default_factory=list)  # answers to session commands
+    waiting: bool = False  # idle until the next session command
+    beats: int = 0  # heartbeats from work between steps (evaluation)
+    error: BaseException | None = None
+    result: Any = None
+    ended_at: float | None = None  # wall time the user's function returned or raised
+    shard_epochs: list[ShardEpoch] = field(default_factory=list)  # epochs the shards finished
+    positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)

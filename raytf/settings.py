@@ -1,0 +1,61 @@
+"""raytf's own knobs: every timing constant and default, each with its environment override.
+
+One frozen ``Settings`` read from the environment when asked
+(``Settings.from_env()``), never at import time: a process that sets a
+variable after importing raytf (a test, a notebook) still gets it, and the
+driver's collaborators take the values they need at construction, so tests
+pass a ``Settings`` with intervals of 0 instead of patching modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+def _env(name: str, kind: type, default):
+    return field(default=default, metadata={"env": name, "kind": kind})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # The driver's loop: one poll of every worker per interval (each poll takes the
+    # worker's GIL, so keep them few).
+    poll_interval_s: float = _env("RAYTF_POLL_INTERVAL_S", float, 0.2)
+    # A port clash at start-up restarts the group on new ports this many times.
+    max_port_retries: int = _env("RAYTF_MAX_PORT_RETRIES", int, 3)
+    # After a broken collective, how long to wait for the poll naming its cause.
+    collateral_grace_s: float = _env("RAYTF_COLLATERAL_GRACE_S", float, 1.0)
+    # How often the driver asks Ray for draining nodes, and looks for room to grow.
+    drain_check_interval_s: float = _env("RAYTF_DRAIN_CHECK_INTERVAL_S", float, 1.0)
+    grow_check_interval_s: float = _env("RAYTF_GROW_CHECK_INTERVAL_S", float, 2.0)
+    # raytf's own log lines on the driver (DEBUG shows state changes and timings).
+    log_level: str | None = _env("RAYTF_LOG_LEVEL", str, None)
+    # An embedded Ray instance binds this loopback address (Ray rewrites 127.0.0.1).
+    embedded_node_ip: str = _env("RAYTF_EMBEDDED_NODE_IP", str, "127.0.0.2")
+    # Where runs go when RunConfig.storage_path is not given.
+    storage_path: str = _env(
+        "RAYTF_STORAGE_PATH", str, os.path.join(os.path.expanduser("~"), "raytf_results")
+    )
+    # The autoscaler's node types, when not on a head made by `ray up`.
+    autoscaler_config: str | None = _env("RAYTF_AUTOSCALER_CONFIG", str, None)
+    # `raytf local`: its state file, and how long one simulated node may take to start.
+    local_state: str = _env(
+        "RAYTF_LOCAL_STATE",
+        str,
+        os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json"),
+    )
+    node_start_timeout_s: float = _env("RAYTF_NODE_START_TIMEOUT_S", float, 90.0)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The defaults, overridden by every variable set in ``environ`` (os.environ)."""
+        env = os.environ if environ is None else environ
+        values = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f.metadata["env"])
+            if raw:
+                values[f.name] = f.metadata["kind"](raw)
+        return cls(**values)
