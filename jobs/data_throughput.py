@@ -32,7 +32,7 @@ import time
 import ray
 
 import raytf
-from raytf.trainer import ensure_ray
+from raytf import ensure_ray
 
 try:
     import train_ray_data

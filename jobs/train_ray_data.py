@@ -31,9 +31,9 @@ import numpy as np
 import ray
 
 import raytf
+from raytf import ensure_ray
 from raytf.data.synthetic import NUM_CLASSES, NUM_EXAMPLES, NUM_FEATURES, make_dataset, seen_summary
-from raytf.keras.loop import weights_digest
-from raytf.trainer import ensure_ray
+from raytf.digests import weights_digest
 
 FEATURES = [f"f{i}" for i in range(NUM_FEATURES)]
 

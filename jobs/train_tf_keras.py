@@ -19,7 +19,7 @@ import ray
 
 import raytf
 from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
-from raytf.keras.loop import weights_digest
+from raytf.digests import weights_digest
 
 
 def train_loop(config: dict) -> dict:

@@ -26,8 +26,8 @@ from ray import cloudpickle, tune
 from ray.tune.schedulers import ASHAScheduler
 
 import raytf
+from raytf import ensure_ray
 from raytf.integrations.tune import checkpoint_step
-from raytf.trainer import ensure_ray
 
 try:  # run as a script from jobs/, or imported as jobs.tune_keras (the tests)
     import train_synthetic

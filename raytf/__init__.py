@@ -37,6 +37,8 @@ _EXPORTS = {
     "Session": "raytf.keras.session",
     "SessionClosedError": "raytf.keras.session",
     "Trainer": "raytf.trainer",
+    "ensure_ray": "raytf.group.cluster",
+    "weights_digest": "raytf.digests",
 }
 
 __all__ = [
@@ -64,6 +66,8 @@ __all__ = [
     "get_dataset_shard",
     "report",
     "step_end",
+    "ensure_ray",
+    "weights_digest",
 ]
 
 
@@ -83,6 +87,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from raytf.data.shard import DataShard
+    from raytf.digests import weights_digest
     from raytf.errors import (
         ConfigError,
         DataShardError,
@@ -94,6 +99,7 @@ if TYPE_CHECKING:
         WorkerError,
         WorkerHangError,
     )
+    from raytf.group.cluster import ensure_ray
     from raytf.keras.session import Session, SessionClosedError
     from raytf.keras.trainer import KerasTrainer
     from raytf.result import Result

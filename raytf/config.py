@@ -124,6 +124,14 @@ class ScalingConfig:
     def is_elastic(self) -> bool:
         return isinstance(self.num_workers, tuple)
 
+    def require_fixed_size(self, who: str, why: str) -> None:
+        """Refuse an elastic group where ``who`` needs one size; ``why`` says what for."""
+        if self.is_elastic:
+            raise ConfigError(
+                f"ScalingConfig.num_workers = {self.num_workers}: {who} {why}; "
+                "give one number of workers"
+            )
+
     @property
     def min_workers(self) -> int:
         return self.num_workers[0] if self.is_elastic else self.num_workers

@@ -26,7 +26,6 @@ import time
 import ray
 
 from raytf.config import FailureConfig, RunConfig, ScalingConfig
-from raytf.driver.controller import Controller
 from raytf.group.pool import WorkerPool
 from raytf.worker.actor import RaytfWorker
 
@@ -59,10 +58,6 @@ class LitePool(WorkerPool):
         self._actor_cls = ray.remote(LiteWorker)
 
 
-class LiteController(Controller):
-    worker_pool_cls = LitePool
-
-
 def sleep_loop(config: dict) -> dict:
     """Each step a sleep; ``step_end`` and ``report`` as a real loop calls them."""
     import raytf
@@ -79,7 +74,7 @@ def sleep_loop(config: dict) -> dict:
 
 def run_size(workers: int, storage: str, steps: int, step_s: float) -> dict:
     """One run of ``workers`` lite workers; the driver's round times and the wall time."""
-    from raytf.trainer import make_controller
+    from raytf.driver.launch import RunSpec, make_controller
 
     cpus = round(min(1.0, 1.6 / workers), 3)  # 64 of them fit in 2 CPUs
     run_config = RunConfig(
@@ -92,13 +87,8 @@ def run_size(workers: int, storage: str, steps: int, step_s: float) -> dict:
     )
     scaling = ScalingConfig(num_workers=workers, resources_per_worker={"CPU": cpus})
     t0 = time.monotonic()
-    controller = make_controller(
-        sleep_loop,
-        {"steps": steps, "step_s": step_s},
-        scaling,
-        run_config,
-        controller_cls=LiteController,
-    )
+    spec = RunSpec(sleep_loop, {"steps": steps, "step_s": step_s}, scaling, run_config)
+    controller = make_controller(spec, pool_cls=LitePool)
     result = controller.run()
     wall = time.monotonic() - t0
     return {"workers": workers, "wall_s": round(wall, 2), **result.driver_round_ms}

@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def ensure_ray() -> None:
-    from raytf.trainer import ensure_ray as join_or_start
+    from raytf.group.cluster import ensure_ray as join_or_start
 
     join_or_start()
 

@@ -113,7 +113,7 @@ def train(host: Host, config: dict, trace: Trace) -> dict:
     import keras
     import tensorflow as tf
 
-    from raytf.keras.loop import weights_digest
+    from raytf.digests import weights_digest
 
     strategy = host.strategy
     workload = config.get("workload", "mlp")

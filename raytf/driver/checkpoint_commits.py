@@ -39,9 +39,13 @@ class CheckpointCoordinator:
         self._last_save = time.monotonic()
         self._requested_at: float | None = None
 
-    @property
-    def dir(self) -> str:
-        return CKPT_DIR
+    def worker_args(self) -> dict:
+        """What each worker's checkpointer needs: where, how often, what to restore."""
+        return {
+            "dir": CKPT_DIR,
+            "every_steps": self.config.checkpoint_every_steps,
+            "restore_url": self.latest.path if self.latest else None,
+        }
 
     def restore_point(self) -> CommittedCheckpoint | None:
         """The newest committed checkpoint whose files are intact (re-checked every time)."""

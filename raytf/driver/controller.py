@@ -1,34 +1,30 @@
 """The driver's control loop, as an explicit state machine.
 
-    SCHEDULING -> STARTING -> RUNNING -> FINISHED
-        ^   ^         |          |
-        |   +---------+          v
-        |  (port clash)     RESTARTING -> ERRORED
-        +-----------------------+
+    SCHEDULING -> STARTING, ERRORED
+    STARTING -> RUNNING, SCHEDULING, RESTARTING, ERRORED
+    RUNNING -> RUNNING, RESTARTING, FINISHED, ERRORED
+    RESTARTING -> SCHEDULING, ERRORED
+    any state -> STOPPED
 
-    any state -> STOPPED  (``request_stop``: a Tune scheduler ended the trial)
+SCHEDULING places the slots (ERRORED: placement timed out). STARTING wires
+the actors (SCHEDULING again on a port clash; RESTARTING when set-up fails;
+ERRORED past ``max_port_retries`` or when the user's code cannot load).
+RUNNING polls (RESTARTING on a failure, hang, preemption or resize; ERRORED
+on a data-shard mismatch a retry would repeat). RESTARTING asks the failure
+policy. STOPPED is ``request_stop`` (a Tune scheduler ended the trial).
+``states.TRANSITIONS`` holds this diagram; the loop refuses any other step.
 
-Each state is one method that does its work and returns the next state;
-``run`` only loops until a terminal state. A restart always replaces the whole
-group (a strategy cannot be re-made in a live process) and resumes from the
-latest committed checkpoint. Policies decide (``FailurePolicy``), the
-controller acts.
-
-An elastic group (``num_workers=(min, max)``) changes size only in
-SCHEDULING: after a failure it runs on the slots still placed (never fewer
-than min); while RUNNING it watches for slots placed again and, once spares
-there have TF imported, asks for a checkpoint and restarts larger from it. A
-drained node (preemption) gets a checkpoint before its deadline; the restart
-then leaves that node. Those decisions live in ``resizing.Resizer``.
-``worker_group_cls`` can be swapped for a fake so the transitions are tested
-without Ray.
+A RESTARTING state carries its reason (a ``Failure`` or a ``Restart``). A
+restart replaces the whole group (a strategy cannot be re-made in a live
+process) and resumes from the latest committed checkpoint. Policies decide
+(failure, resize, watchdog, checkpoint commits), the controller acts: it
+alone calls the group, the pool and the run's state. Every collaborator comes
+in through the constructor (tests pass fakes: ``raytf.group.protocols``).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,57 +38,38 @@ from raytf.driver.failure_policy import (
     FailureKind,
     FailurePolicy,
     classify,
-    failure_message,
     pick_root_cause,
 )
+from raytf.driver.listeners import Listeners
+from raytf.driver.outcome import build_result
+from raytf.driver.outputs import Outputs
 from raytf.driver.progress import Progress
-from raytf.driver.resize_policy import PREEMPTION, RESIZE, Resizer
+from raytf.driver.resize_policy import ResizeDecision, ResizePolicy, Restart
 from raytf.driver.round_times import RoundTimes
+from raytf.driver.states import TRANSITIONS, Next, State, outranking
 from raytf.driver.watchdog import Watchdog
 from raytf.errors import (
     CheckpointRestoreError,
     DataShardError,
     PlacementTimeoutError,
     PortClashError,
-    TrainingFailedError,
     UserCodeLoadError,
     WorkerDiedError,
     WorkerSetupError,
 )
 from raytf.group.pool import WorkerPool
+from raytf.group.protocols import Group, Pool
 from raytf.group.worker_group import WorkerGroup
-from raytf.messages import FAILED, FINISHED, WorkerPoll
+from raytf.messages import FAILED, FINISHED, Command, WorkerPoll
 from raytf.result import Result
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage
+from raytf.settings import Settings
 
 logger = logging.getLogger("raytf")
 
-POLL_INTERVAL_S = float(os.environ.get("RAYTF_POLL_INTERVAL_S", "0.2"))
-MAX_PORT_RETRIES = int(os.environ.get("RAYTF_MAX_PORT_RETRIES", "3"))
-COLLATERAL_GRACE_S = float(os.environ.get("RAYTF_COLLATERAL_GRACE_S", "1.0"))
-SLOW_DRIVER_S = 5.0  # a rank's finish seen this late is worth a line
-
-
-class State(enum.Enum):
-    SCHEDULING = "SCHEDULING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    RESTARTING = "RESTARTING"
-    FINISHED = "FINISHED"
-    ERRORED = "ERRORED"
-    STOPPED = "STOPPED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (State.FINISHED, State.ERRORED, State.STOPPED)
-
 
 class Controller:
-    worker_group_cls = WorkerGroup
-    worker_pool_cls = WorkerPool
-    clock = staticmethod(time.monotonic)  # tests inject a fake clock
-
     def __init__(
         self,
         fn_ref: Any,
@@ -100,12 +77,26 @@ class Controller:
         scaling: ScalingConfig,
         run_config: RunConfig,
         progress: Progress,
+        *,
+        data: DataFeed | None = None,
+        listeners: Listeners | None = None,
+        placement_group: Any = None,
+        group_cls: Callable[..., Group] = WorkerGroup,
+        pool_cls: Callable[..., Pool] = WorkerPool,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.fn_ref = fn_ref
         self.config = config
         self.scaling = scaling
         self.run_config = run_config
         self.progress = progress
+        self.data = data or DataFeed({}, scaling.global_batch_size)
+        self.listeners = listeners or Listeners()
+        self.placement_group = placement_group  # a Tune trial's: the workers go in its bundles
+        self.group_cls, self.pool_cls = group_cls, pool_cls
+        self.settings = settings or Settings.from_env()
+        self.clock = clock
         self.run_dir = run_config.run_dir
         self.storage = Storage(self.run_dir)
         self.world_size = scaling.max_workers  # the size of the current attempt
@@ -113,50 +104,49 @@ class Controller:
             self.storage, run_config.checkpoint_config, self.world_size
         )
         self.policy = FailurePolicy(run_config.failure_config)
-        self.group: WorkerGroup | None = None
-        self.pool: WorkerPool | None = None
+        self.group: Group | None = None
+        self.pool: Pool | None = None
         fc = run_config.failure_config
         self.use_standbys = fc.standby_workers and fc.max_failures != 0
         self._standbys_asked = False
         self.port_retries = 0
-        self.history: list[dict[str, Any]] = []
-        self.worker_results: list[Any] = []
-        self.finished_ranks: set[int] = set()
+        self.outputs = Outputs()
         self.failures: list[Failure] = []
         self.error: BaseException | None = None
-        self.restart_reason: Failure | str | None = None  # or PREEMPTION / RESIZE
         self.preemptions = 0
         self.status = RunState.continuing(
             self.storage, name=run_config.name, run_dir=self.run_dir, scaling=scaling
         )
-        self.resizer = Resizer(scaling, self.status, progress)
+        self.resizer = ResizePolicy(scaling, self.settings)
         self.attempt = self.status.attempt
         self.started = self.clock()
         self.watchdog = Watchdog(run_config.failure_config, self.started)
-        # An interactive session listens here for the workers' answers to its commands.
-        self.on_reply: Callable[[Any], None] | None = None
         self._beats: dict[int, int] = {}
         self.rounds = RoundTimes()
-        self.data = DataFeed({}, scaling.global_batch_size)  # Ray Data input: make_controller
-        # A Tune trial: rank 0's reports go to Tune; the trial's placement group is used.
-        self.on_report: Callable[[dict], None] | None = None
-        self.placement_group: Any = None
         self._stop_requested = False
 
     def request_stop(self) -> None:
         """End the run at the next state change, tearing the group down (thread-safe)."""
         self._stop_requested = True
 
+    def send_command(self, command: Command) -> bool:
+        """Hand one session command to every rank; False when no group is running."""
+        group = self.group
+        if group is None:
+            return False
+        group.send_command(command)
+        return True
+
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
-        state = State.SCHEDULING
+        nxt = Next(State.SCHEDULING)
         try:
-            while not state.is_terminal:
-                new = State.STOPPED if self._stop_requested else self._step(state)
-                if new is not state:
-                    logger.debug("%s -> %s", state.value, new.value)
-                state = new
-                self._save(state)
+            while not nxt.state.is_terminal:
+                new = Next(State.STOPPED) if self._stop_requested else self._step(nxt)
+                if new.state is not nxt.state:
+                    logger.debug("%s -> %s", nxt.state.value, new.state.value)
+                nxt = new
+                self._save(nxt.state)
         finally:
             t0 = self.clock()
             self._teardown()
@@ -164,35 +154,38 @@ class Controller:
                 self.pool.close()
                 self.pool = None
             logger.debug("teardown took %.3f s", self.clock() - t0)
-        return self._result(state)
+        return self._result(nxt.state)
 
-    def _step(self, state: State) -> State:
+    def _step(self, nxt: Next) -> Next:
         handler = {
             State.SCHEDULING: self._schedule,
             State.STARTING: self._start,
             State.RUNNING: self._poll,
-            State.RESTARTING: self._restart,
-        }[state]
-        return handler()
+            State.RESTARTING: lambda: self._restart(nxt.reason),
+        }[nxt.state]
+        new = handler()
+        if new.state not in TRANSITIONS[nxt.state]:
+            raise AssertionError(f"undeclared transition {nxt.state.value} -> {new.state.value}")
+        return new
 
     # -- states ---------------------------------------------------------------
-    def _schedule(self) -> State:
+    def _schedule(self) -> Next:
         self.attempt += 1
         if self.pool is None:
-            self.pool = self.worker_pool_cls(
+            self.pool = self.pool_cls(
                 self.scaling, run_name=self.run_config.name, placement_group=self.placement_group
             )
-        self.group = self.worker_group_cls(self.scaling, pool=self.pool, attempt=self.attempt)
+        self.group = self.group_cls(self.scaling, pool=self.pool, attempt=self.attempt)
         self._standbys_asked = False
         try:
             size = self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
         except PlacementTimeoutError as exc:
             return self._fail(exc)
         self.world_size = size.workers
-        self.resizer.placed(size, self.pool.lost_nodes)
-        return State.STARTING
+        self._execute(self.resizer.placed(size, self.pool.lost_nodes))
+        return Next(State.STARTING)
 
-    def _start(self) -> State:
+    def _start(self) -> Next:
         assert self.group is not None
         t0 = self.clock()
         try:
@@ -201,29 +194,22 @@ class Controller:
         except PortClashError as exc:
             self._teardown()
             self.port_retries += 1
-            if self.port_retries > MAX_PORT_RETRIES:
+            if self.port_retries > self.settings.max_port_retries:
                 return self._fail(exc)
             self.progress.message(f"port clash at start-up ({exc}); starting on new ports")
-            return State.SCHEDULING
+            return Next(State.SCHEDULING)
         except WorkerSetupError as exc:
             return self._on_failure(exc)
         restore = self.ckpts.restore_point()
         restored = restore.step if restore else 0
         self.status.last_step = restored
-        self._trim_history(restored)
-        self.resizer.started(self.attempt, restored)
+        self.outputs.new_attempt(self.world_size, restored)
+        self._execute(self.resizer.started(self.attempt, restored))
         self.ckpts.new_attempt(self.world_size)
-        self.finished_ranks.clear()
-        self.worker_results = [None] * self.world_size
-        self._record_workers("running")
-        ckpt_args = {
-            "dir": self.ckpts.dir,
-            "every_steps": self.run_config.checkpoint_config.checkpoint_every_steps,
-            "restore_url": restore.path if restore else None,
-        }
+        self.status.set_workers(self.group.infos, "running")
         try:
             shards = self.data.start_attempt(self.world_size, self.progress.message)
-            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args, shards)
+            self.group.run(self.fn_ref, self.config, self.run_dir, self.ckpts.worker_args(), shards)
         except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)
         except WorkerSetupError as exc:
@@ -236,65 +222,53 @@ class Controller:
             f"{replicas} replicas in sync, started in {self.clock() - t0:.1f} s{warm}{where}"
         )
         self.watchdog.attempt_started(self.clock(), restored)
-        return State.RUNNING
+        return Next(State.RUNNING)
 
-    def _poll(self) -> State:
+    def _poll(self) -> Next:
         assert self.group is not None
         now = self.clock()
         cpu0 = time.thread_time()
         errors: list[BaseException] = []
-        for rank, poll in enumerate(self.group.poll(POLL_INTERVAL_S)):
+        restart: Restart | None = None
+        for rank, poll in enumerate(self.group.poll(self.settings.poll_interval_s)):
             if isinstance(poll, WorkerDiedError):
                 errors.append(poll)
             elif isinstance(poll, WorkerPoll):
-                self._take(poll, now)
+                restart = outranking(restart, self._take(poll, now))
                 if poll.state == FAILED:
                     errors.append(poll.error)
-                elif poll.state == FINISHED and rank not in self.finished_ranks:
-                    self.finished_ranks.add(rank)
-                    self.worker_results[rank] = poll.result
-                    late = time.time() - (poll.ended_at or time.time())
-                    if late > SLOW_DRIVER_S:
-                        self.progress.message(f"driver: saw rank {rank} finish {late:.1f} s late")
+                elif poll.state == FINISHED and (late := self.outputs.finished(rank, poll)):
+                    self.progress.message(late)
         if self.data.error is not None:
             return self._fail(self.data.error)  # the same data splits the same way again
         if errors:
-            root = pick_root_cause(errors)
-            if classify(root) is FailureKind.COLLECTIVE:
-                # A peer's broken collective is a symptom; its cause (a dead worker) is
-                # usually a poll away. Look once more so the failure names the cause.
-                more = [p for p in self.group.poll(COLLATERAL_GRACE_S) if p is not None]
-                errors += [p for p in more if isinstance(p, WorkerDiedError)]
-                errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
-                root = pick_root_cause(errors)
-            return self._on_failure(root)
-        if self.restart_reason in (PREEMPTION, RESIZE):
-            return State.RESTARTING
-        if len(self.finished_ranks) == self.world_size:
-            return State.FINISHED
+            return self._on_failure(self._root_cause(errors))
+        if restart is not None:
+            return Next(State.RESTARTING, restart)
+        if self.outputs.all_finished(self.world_size):
+            return Next(State.FINISHED)
         hang = self.watchdog.check(now, self.group.silent_ranks)
         if hang is not None:
             return self._on_failure(hang)
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
-        self.resizer.poll(now, self.group, self.pool)
+        group, pool = self.group, self.pool
+        self._execute(self.resizer.poll(now, group.draining_nodes, pool.growth))
         self.rounds.add(self.clock() - now, time.thread_time() - cpu0)
         # Each poll is an actor call that takes the worker's GIL: keep them few.
-        time.sleep(max(0.0, POLL_INTERVAL_S - (self.clock() - now)))
-        return State.RUNNING
+        time.sleep(max(0.0, self.settings.poll_interval_s - (self.clock() - now)))
+        return Next(State.RUNNING)
 
-    def _restart(self) -> State:
+    def _restart(self, reason: Failure | Restart | None) -> Next:
         self._teardown()
-        reason = self.restart_reason
-        self.restart_reason = None
         self.watchdog.restart_began(self.clock())
-        if reason == PREEMPTION:
+        if reason is Restart.PREEMPTION:
             self.preemptions += 1
-            self.resizer.preempted(self.pool)
-            return State.SCHEDULING
-        if reason == RESIZE:
-            self.resizer.restarting("capacity returned")
-            return State.SCHEDULING
+            self._execute(self.resizer.preempted())
+            return Next(State.SCHEDULING)
+        if reason is Restart.RESIZE:
+            self.resizer.restarting(Restart.RESIZE.value)
+            return Next(State.SCHEDULING)
         assert isinstance(reason, Failure)
         self.resizer.restarting(reason.kind.value.replace("_", " "))  # or "node lost", placed
         if isinstance(reason.cause, CheckpointRestoreError) and self.ckpts.latest:
@@ -307,17 +281,35 @@ class Controller:
                 f"{reason.describe()} -> restarting the whole group "
                 f"(failure {counted} of {shown} allowed)"
             )
-            return State.SCHEDULING
+            return Next(State.SCHEDULING)
         self.error = reason.cause
-        return State.ERRORED
+        return Next(State.ERRORED)
 
     # -- what the workers said ------------------------------------------------
-    def _take(self, poll: WorkerPoll, now: float) -> None:
-        for report in poll.reports:
-            if report.rank == 0:
-                self.history.append(report.metrics)
-                if self.on_report is not None:
-                    self.on_report(report.metrics)
+    def _take(self, poll: WorkerPoll, now: float) -> Restart | None:
+        """Route one poll's contents to the policies; a restart a commit calls for."""
+        self._take_reports(poll, now)
+        if poll.step is not None:
+            self._take_step(poll.rank, poll.step, now)
+        restart = None
+        for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
+            self.status.checkpoints = self.ckpts.committed_steps[-20:]
+            if self.run_config.verbose >= 2:
+                self.progress.message(f"committed checkpoint at step {ckpt.step}")
+            restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
+        if poll.notice:
+            self._execute(self.resizer.on_notice(poll.notice))
+        self.data.on_poll(poll.rank, poll.shard_epochs, poll.positions)
+        # Last: a session that asked for a checkpoint finds it committed when the answer comes.
+        if self.listeners.on_reply is not None:
+            for reply in poll.replies:
+                self.listeners.on_reply(reply)
+        return restart
+
+    def _take_reports(self, poll: WorkerPoll, now: float) -> None:
+        for metrics in self.outputs.add_reports(poll.reports):
+            if self.listeners.on_report is not None:
+                self.listeners.on_report(metrics)
         if poll.reports:
             self.progress.on_reports(poll.reports)
             self.watchdog.on_activity(now)
@@ -325,58 +317,68 @@ class Controller:
             # A session between commands is idle, an evaluation busy: neither is hung.
             self._beats[poll.rank] = poll.beats
             self.watchdog.on_activity(now)
-        if poll.step is not None:
-            self.status.workers[poll.rank]["last_step"] = poll.step
-            if poll.rank == 0 and poll.step != self.watchdog.last_step:
-                self.status.last_step = poll.step
-                took = self.watchdog.on_step(poll.step, now)
-                if took is not None:
-                    self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
-                    self.status.resumed_at.append(time.time())
-                    self.progress.message(
-                        f"resumed at step {poll.step}, {took:.1f} s after the restart began"
-                    )
-                if self.use_standbys and not self._standbys_asked:
-                    # Spares start importing TF now that training runs, not during start-up.
-                    self._standbys_asked = True
-                    self.pool.add_standbys()
-        for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
-            self.status.checkpoints = self.ckpts.committed_steps[-20:]
-            if self.run_config.verbose >= 2:
-                self.progress.message(f"committed checkpoint at step {ckpt.step}")
-            why = self.resizer.committed(ckpt)
-            if why is not None and (why == PREEMPTION or self.restart_reason is None):
-                self.restart_reason = why
-        if poll.notice:
-            self.resizer.on_notice(poll.notice)
-        self.data.on_poll(poll.rank, poll.shard_epochs, poll.positions)
-        # Last: a session that asked for a checkpoint finds it committed when the answer comes.
-        if poll.replies and self.on_reply is not None:
-            for reply in poll.replies:
-                self.on_reply(reply)
+
+    def _take_step(self, rank: int, step: int, now: float) -> None:
+        self.status.workers[rank]["last_step"] = step
+        if rank != 0 or step == self.watchdog.last_step:
+            return
+        self.status.last_step = step
+        took = self.watchdog.on_step(step, now)
+        if took is not None:
+            self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
+            self.status.resumed_at.append(time.time())
+            self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
+        if self.use_standbys and not self._standbys_asked:
+            # Spares start importing TF now that training runs, not during start-up.
+            self._standbys_asked = True
+            self.pool.add_standbys()
+
+    def _execute(self, decision: ResizeDecision) -> Restart | None:
+        """Carry out what the resize policy decided; the restart it calls for, if any."""
+        for line in decision.say:
+            self.progress.message(line)
+        if decision.world_size is not None:
+            self.status.world_size = decision.world_size
+        if decision.drain is not None:
+            self.status.preemption_log.append(dict(decision.drain))
+        if decision.drain_committed and self.status.preemption_log:
+            self.status.preemption_log[-1].update(decision.drain_committed)
+        if decision.resize is not None:
+            self.status.resizes.append(decision.resize.to_dict())
+        if decision.request_checkpoint and self.group is not None:
+            self.group.request_checkpoint(decision.request_checkpoint)
+        if decision.warm_spares and self.pool.warm_spares(list(decision.warm_spares)):
+            self._execute(self.resizer.spares_ready(decision.grow_to))
+        if decision.evict:
+            left = self.pool.evict(set(decision.evict))
+            moved = f", leaving {len(left)} slot(s) on draining nodes" if left else ""
+            self.progress.message(f"restarting the group after its termination checkpoint{moved}")
+        return decision.restart
 
     # -- failure ----------------------------------------------------------------
-    def _on_failure(self, cause: BaseException) -> State:
+    def _root_cause(self, errors: list[BaseException]) -> BaseException:
+        root = pick_root_cause(errors)
+        if classify(root) is FailureKind.COLLECTIVE:
+            # A peer's broken collective is a symptom; its cause (a dead worker) is
+            # usually a poll away. Look once more so the failure names the cause.
+            more = [p for p in self.group.poll(self.settings.collateral_grace_s) if p is not None]
+            errors += [p for p in more if isinstance(p, WorkerDiedError)]
+            errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
+            root = pick_root_cause(errors)
+        return root
+
+    def _on_failure(self, cause: BaseException) -> Next:
         failure = Failure(classify(cause), cause, self.attempt)
         self.failures.append(failure)
         self.status.add_failure(failure.attempt, failure.kind.value, cause, failure.at)
-        self.restart_reason = failure
-        return State.RESTARTING
+        return Next(State.RESTARTING, failure)
 
-    def _fail(self, cause: BaseException) -> State:
+    def _fail(self, cause: BaseException) -> Next:
         self.error = cause
         self.status.add_failure(self.attempt, "fatal", cause, time.time())
-        return State.ERRORED
+        return Next(State.ERRORED)
 
     # -- bookkeeping ------------------------------------------------------------
-    def _trim_history(self, step: int) -> None:
-        """Rank 0's history after a resume: what happened after the restored step is redone."""
-        self.history = [m for m in self.history if m.get("step", 0) <= step]
-
-    def _record_workers(self, state: str) -> None:
-        assert self.group is not None
-        self.status.set_workers(self.group.infos, state)
-
     def _save(self, state: State) -> None:
         self.status.record(
             state.value,
@@ -392,35 +394,5 @@ class Controller:
             self.group = None
 
     def _result(self, state: State) -> Result:
-        elapsed = self.clock() - self.started
-        latest = self.ckpts.latest
-        result = Result(
-            metrics=self.history[-1] if self.history else {},
-            metrics_history=self.history,
-            path=self.run_dir,
-            attempts=self.attempt,
-            elapsed_s=elapsed,
-            worker_results=self.worker_results,
-            checkpoint=latest.path if latest else None,
-            error=self.error,
-            failures=[f.describe() for f in self.failures],
-            recoveries_s=list(self.watchdog.recoveries_s),
-            preemptions=self.preemptions,
-            resizes=list(self.status.resizes),
-            driver_round_ms=self.rounds.summary_ms(),
-        )
-        if state is State.FINISHED:
-            self.progress.finish(
-                f"finished in {elapsed:.1f} s: attempt {self.attempt}, "
-                f"{len(self.failures)} failure(s), {self.preemptions} preemption(s)"
-            )
-            return result
-        if state is State.STOPPED:
-            self.progress.finish(f"stopped on request after {elapsed:.1f} s")
-            return result
-        err = self.error
-        self.progress.finish(f"failed after {elapsed:.1f} s: {err}")
-        message = failure_message(err, self.failures)
-        failure = TrainingFailedError(message, [f.cause for f in self.failures] or [err])
-        failure.result = result  # type: ignore[attr-defined]
-        raise failure from err
+        """The run's Result; raises TrainingFailedError (carrying it) unless it finished."""
+        return build_result(self, state.value)

@@ -7,9 +7,12 @@ has, so the user can fix the request at once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from raytf.errors import UnsatisfiableResourcesError
+
+logger = logging.getLogger("raytf")
 
 
 def _fmt(amount: float) -> str:
@@ -75,3 +78,44 @@ def _copies(bundle: Mapping[str, float], node: Mapping[str, float]) -> int:
 
 def _describe(bundle: Mapping[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(bundle.items())) + "}"
+
+
+def check_cluster(scaling) -> None:
+    """Fail at once if the cluster can never hold the group, now or after autoscaling.
+
+    With an autoscaler whose node types are unknown, nothing can be ruled out:
+    the placement waits (showing what it waits for) up to its timeout.
+    """
+    from raytf.group import autoscaler
+    from raytf.group.cluster import alive_node_resources
+
+    alive = alive_node_resources()
+    # An elastic group starts with min workers: that many must fit, the rest may come later.
+    args = (scaling.worker_resources(), scaling.min_workers, scaling.placement_strategy)
+    if not autoscaler.autoscaler_running():
+        check_satisfiable(*args, alive)
+        return
+    types = autoscaler.node_types()
+    if types is None:
+        logger.info("an autoscaler runs but its node types are unknown: placement will wait")
+        return
+    try:
+        check_satisfiable(*args, autoscaler.potential_nodes(alive, types))
+    except UnsatisfiableResourcesError as exc:
+        shown = ", ".join(f"{n} {t.get('resources', {})}" for n, t in types.items())
+        raise UnsatisfiableResourcesError(
+            f"{exc}, counting every node the autoscaler could add (node types: {shown})"
+        ) from None
+
+
+def check_data_room(scaling, dataset_names: list[str]) -> None:
+    """Without an autoscaler, Ray Data's tasks need CPUs the workers leave free."""
+    from raytf.data.feed import check_room
+    from raytf.group import autoscaler
+    from raytf.group.cluster import alive_node_resources
+
+    if not dataset_names or autoscaler.autoscaler_running():
+        return
+    cpus = sum(r.get("CPU", 0.0) for r in alive_node_resources())
+    workers = scaling.worker_resources().get("CPU", 0.0) * scaling.max_workers
+    check_room(sorted(dataset_names), workers, cpus)

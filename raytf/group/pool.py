@@ -21,8 +21,9 @@ from ray.exceptions import RayActorError
 
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
+from raytf.group.cluster import alive_node_ids
 from raytf.group.elastic import WorldSize, choose_world_size
-from raytf.group.slots import alive_node_ids, make_slots
+from raytf.group.slots import make_slots
 from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")

@@ -26,30 +26,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raytf.config import ScalingConfig
 from raytf.errors import ConfigError, PlacementTimeoutError
 from raytf.group import autoscaler as autoscaling
+from raytf.group.cluster import alive_node_ids, draining_nodes
 from raytf.group.elastic import WorldSize, choose_world_size
 
 logger = logging.getLogger("raytf")
 
 WAIT_POLL_S = 0.5
-
-
-def draining_nodes() -> dict[str, float]:
-    """Nodes Ray is draining (a spot node about to go) -> deadline (Unix seconds, 0 if none).
-
-    Empty if the query is unavailable. ``get_draining_nodes`` is Ray's own (private)
-    GCS query; ``ray drain-node`` and the autoscaler's preemption handling set it.
-    """
-    try:
-        from ray._private.state import state as gcs_state
-
-        return {n: ms / 1000.0 for n, ms in gcs_state.get_draining_nodes().items()}
-    except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
-        logger.debug("draining-node query failed: %s", exc)
-        return {}
-
-
-def alive_node_ids() -> set[str]:
-    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
 def bundle_label(bundle: dict[str, float], count: int) -> str:
@@ -80,7 +62,24 @@ class _AutoscalerAsk:
             self.requested = False
 
 
-class FixedSlots:
+class _OneGroup:
+    """Slots that are the bundles of one placement group (``pg``), slot i = bundle i."""
+
+    pg = None
+
+    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.pg, placement_group_bundle_index=slot
+        )
+
+    def placed(self) -> dict[int, str]:
+        """Slot -> node, as Ray placed the bundles."""
+        if self.pg is None:
+            return {}
+        return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
+
+
+class FixedSlots(_OneGroup):
     """All slots in one placement group: placed together, strategy across the group."""
 
     def __init__(self, scaling: ScalingConfig, name: str):
@@ -88,11 +87,6 @@ class FixedSlots:
         self.name = name
         self.bundle = scaling.worker_resources()
         self.pg = None
-
-    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
-        return PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=slot
-        )
 
     def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
         """Reserve every worker's resources at once (again after a node loss), or time out."""
@@ -131,19 +125,13 @@ class FixedSlots:
             self.close()
         return on
 
-    def placed(self) -> dict[int, str]:
-        """Slot -> node, as Ray placed the bundles."""
-        if self.pg is None:
-            return {}
-        return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
-
     def close(self) -> None:
         if self.pg is not None:
             _remove(self.pg)
             self.pg = None
 
 
-class TrialSlots:
+class TrialSlots(_OneGroup):
     """A Ray Tune trial's placement group: Tune reserved it (one bundle per worker, the
     trial's own actor outside it) and removes it when the trial ends; raytf only uses it."""
 
@@ -161,19 +149,11 @@ class TrialSlots:
         self.pg = pg
         self.n = scaling.num_workers
 
-    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
-        return PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=slot
-        )
-
     def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
         done, _ = ray.wait([self.pg.ready()], timeout=timeout_s)
         if not done:
             raise PlacementTimeoutError(f"the trial's placement group not ready in {timeout_s} s")
         return list(range(self.n)), WorldSize(self.n)
-
-    def placed(self) -> dict[int, str]:
-        return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
 
     def evict(self, node_ids: set[str]) -> list[int]:
         return []  # Tune owns the reservation: the restart stays in it

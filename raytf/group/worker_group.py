@@ -18,11 +18,11 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
 from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
+from raytf.group.cluster import draining_nodes
 from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool, kill_actor
-from raytf.group.slots import draining_nodes
 from raytf.group.tf_config import tf_config_json
-from raytf.messages import WorkerInfo, WorkerPoll
+from raytf.messages import Command, WorkerInfo, WorkerPoll
 from raytf.worker.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
@@ -180,6 +180,11 @@ class WorkerGroup:
         """Ask the chief to have the whole group save at the next step boundary."""
         if self.actors:
             self.actors[0].request_checkpoint.remote(reason)
+
+    def send_command(self, command: Command) -> None:
+        """One command of an interactive session, to every rank in the same order."""
+        for actor in self.actors:
+            actor.command.remote(command)
 
     def draining_nodes(self) -> dict[str, float]:
         """This group's nodes that Ray is draining -> their deadlines (Unix seconds)."""

@@ -35,8 +35,9 @@ from ray import tune
 from ray.util import get_current_placement_group
 
 from raytf.config import ScalingConfig
-from raytf.errors import ConfigError
-from raytf.rundir.checkpoints import CKPT_DIR, step_dirname
+from raytf.driver.launch import RunSpec, make_controller
+from raytf.driver.listeners import Listeners
+from raytf.rundir.checkpoints import CKPT_DIR, parse_step_dirname, step_dirname
 from raytf.rundir.storage import Storage
 
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
@@ -48,8 +49,8 @@ def checkpoint_step(checkpoint: Any) -> int | None:
     path = getattr(checkpoint, "path", checkpoint)
     if not path or not os.path.isdir(path):
         return None
-    steps = [n for n in os.listdir(path) if n.startswith("step_")]
-    return max(int(n.removeprefix("step_")) for n in steps) if steps else None
+    steps = [s for s in map(parse_step_dirname, os.listdir(path)) if s is not None]
+    return max(steps) if steps else None
 
 
 DATA_BUNDLE = {"CPU": 1.0}  # Ray Data's tasks inside a trial: Tune captures them into its group
@@ -58,21 +59,16 @@ DATA_BUNDLE = {"CPU": 1.0}  # Ray Data's tasks inside a trial: Tune captures the
 def trial_resources(scaling: ScalingConfig, with_data: bool = False) -> tune.PlacementGroupFactory:
     """The trial's reservation: an empty head bundle for the driver, one per worker, and
     with datasets one CPU for Ray Data (its tasks run inside the trial's group)."""
-    if scaling.is_elastic:
-        raise ConfigError(
-            f"ScalingConfig.num_workers = {scaling.num_workers}: a Tune trial holds a fixed "
-            "reservation; give one number of workers"
-        )
+    scaling.require_fixed_size("a Tune trial", "holds a fixed reservation")
     bundle = scaling.worker_resources()
     strategy = scaling.placement_strategy
     bundles = [{}] + [dict(bundle)] * scaling.num_workers + ([DATA_BUNDLE] if with_data else [])
     return tune.PlacementGroupFactory(bundles, strategy)
 
 
-def trainable(trainer: Any) -> type[tune.Trainable]:
-    """A Tune ``Trainable`` class running ``trainer`` (a ``raytf.Trainer``) per trial."""
-    base_config = dict(trainer.train_loop_config)
-    resources = trial_resources(trainer.scaling_config, with_data=bool(trainer.datasets))
+def trainable(spec: RunSpec) -> type[tune.Trainable]:
+    """A Tune ``Trainable`` class running ``spec`` (``Trainer.run_spec()``) once per trial."""
+    resources = trial_resources(spec.scaling, with_data=bool(spec.datasets))
 
     class RaytfTrial(tune.Trainable):
         @classmethod
@@ -87,7 +83,7 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
             self._saved_step: int | None = None
             self._last: dict = {}
             # One run directory per trial; Tune's own table replaces raytf's progress lines.
-            rc = trainer.run_config
+            rc = spec.run_config
             self._run_config = dataclasses.replace(rc, name=f"{rc.name}-{self.trial_id}", verbose=0)
 
         def step(self) -> dict:
@@ -107,19 +103,16 @@ def trainable(trainer: Any) -> type[tune.Trainable]:
             return out
 
         def _launch(self) -> None:
-            from raytf.trainer import make_controller
-
             self._seed_checkpoint()
-            ctrl = make_controller(
-                trainer.train_loop_per_worker,
-                {**base_config, **self.config},
-                trainer.scaling_config,
-                self._run_config,
-                what="trial",
-                datasets=trainer.datasets,
+            trial = dataclasses.replace(
+                spec, config={**spec.config, **self.config}, run_config=self._run_config
             )
-            ctrl.placement_group = get_current_placement_group()
-            ctrl.on_report = lambda metrics: self._events.put(("report", metrics))
+            ctrl = make_controller(
+                trial,
+                what="trial",
+                listeners=Listeners(on_report=lambda m: self._events.put(("report", m))),
+                placement_group=get_current_placement_group(),
+            )
             self._controller = ctrl
 
             def run() -> None:

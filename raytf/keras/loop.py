@@ -17,7 +17,6 @@ optimizer variable, is restored.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
+from raytf.digests import weights_digest
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank
 from raytf.keras.steps import make_test_function, make_train_function
@@ -67,14 +67,6 @@ def call_user(fn: Callable[..., Any], *args: Any, config: dict) -> Any:
     if takes_varargs or len(positional) > len(args):
         return fn(*args, config)
     return fn(*args)
-
-
-def weights_digest(variables) -> str:
-    """SHA-256 of the weights in order: equal on two workers iff their models are."""
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(np.ascontiguousarray(np.asarray(v)).tobytes())
-    return h.hexdigest()
 
 
 class KerasWorkerRun:
@@ -324,18 +316,18 @@ class KerasWorkerRun:
         ctx.reply(0, self._describe())
         while True:
             command = ctx.next_command()
-            op, cid = command["op"], command["id"]
+            op, cid = command.op, command.id
             if op == "close":
                 ctx.reply(cid, self._describe())
                 return {"weights_digest": self.digest(), "steps": self.step}
             if op in LOCAL_OPS:
                 # No collective runs in these: an error is an answer, not the group's end.
                 try:
-                    ctx.reply(cid, self._handle(op, command.get("args", {})))
+                    ctx.reply(cid, self._handle(op, command.args))
                 except Exception as exc:  # noqa: BLE001 - shown to the session's user
                     ctx.reply(cid, {SESSION_ERROR_KEY: f"{type(exc).__name__}: {exc}"})
                 continue
-            ctx.reply(cid, self._handle(op, command.get("args", {})))
+            ctx.reply(cid, self._handle(op, command.args))
 
     def _handle(self, op: str, args: dict) -> Any:
         ctx = self.ctx

@@ -30,12 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from raytf.config import RunConfig, ScalingConfig
+from raytf.driver.launch import RunSpec, make_controller
+from raytf.driver.listeners import Listeners
 from raytf.errors import ConfigError, RaytfError
 from raytf.keras.loop import SESSION_ERROR_KEY, FitSpec, run_session
 from raytf.keras.trainer import check_fit_options, known_replicas
-from raytf.messages import Reply
+from raytf.messages import Command, Reply
 from raytf.result import Result
-from raytf.trainer import make_controller
 
 
 class SessionClosedError(RaytfError):
@@ -73,11 +74,9 @@ class Session:
         )
         scaling = scaling_config or ScalingConfig()
         run_config = run_config or RunConfig()
-        if scaling.is_elastic:
-            raise ConfigError(
-                f"ScalingConfig.num_workers = {scaling.num_workers}: a Session keeps one group "
-                "of a fixed size (resizing restarts it); give a number of workers"
-            )
+        scaling.require_fixed_size(
+            "a Session", "keeps one group of a fixed size (resizing restarts it)"
+        )
         check_fit_options(spec, known_replicas(scaling))
         if run_config.failure_config.max_failures != 0:
             raise ConfigError(
@@ -86,14 +85,15 @@ class Session:
                 "Session with the same RunConfig.name to continue from its last checkpoint"
             )
         self.scaling = scaling
-        self._controller = make_controller(
-            functools.partial(run_session, spec),
-            dict(train_loop_config or {}),
-            scaling,
-            run_config,
-            what="session",
+        run = RunSpec(
+            fn=functools.partial(run_session, spec),
+            config=dict(train_loop_config or {}),
+            scaling=scaling,
+            run_config=run_config,
         )
-        self._controller.on_reply = self._on_reply
+        self._controller = make_controller(
+            run, what="session", listeners=Listeners(on_reply=self._on_reply)
+        )
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._replies: dict[int, dict[int, Any]] = {}
@@ -149,14 +149,10 @@ class Session:
             if self._error is not None:
                 raise SessionClosedError(f"session ended with an error: {self._error}")
             raise SessionClosedError("session is closed")
-        group = self._controller.group
-        if group is None:
+        command = Command(next(self._ids), op, args)
+        if not self._controller.send_command(command):  # every rank runs it, in the same order
             raise SessionClosedError("session has no worker group")
-        command_id = next(self._ids)
-        command = {"id": command_id, "op": op, "args": args}
-        for actor in group.actors:  # every rank runs every command, in the same order
-            actor.command.remote(command)
-        return self._wait(command_id, timeout_s, op)
+        return self._wait(command.id, timeout_s, op)
 
     def fit(self, steps: int) -> dict[str, float]:
         """Run ``steps`` global training steps; global metrics over those steps."""

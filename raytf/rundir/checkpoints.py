@@ -28,7 +28,14 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
 def step_dirname(step: int) -> str:
+    """The directory of the checkpoint taken after global step ``step``."""
     return f"step_{step:09d}"
+
+
+def parse_step_dirname(name: str) -> int | None:
+    """The step a checkpoint directory's name holds, or None for any other name."""
+    m = _STEP_RE.match(name)
+    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,8 @@ class CommittedCheckpoint:
 
 
 def list_step_dirs(storage: Storage) -> list[int]:
-    steps = []
-    for name in storage.listdir(CKPT_DIR):
-        m = _STEP_RE.match(name)
-        if m:
-            steps.append(int(m.group(1)))
-    return sorted(steps)
+    steps = (parse_step_dirname(name) for name in storage.listdir(CKPT_DIR))
+    return sorted(s for s in steps if s is not None)
 
 
 def verify(storage: Storage, step: int) -> dict | None:

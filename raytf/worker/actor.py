@@ -28,6 +28,7 @@ from raytf.messages import (
     IDLE,
     RUNNING,
     CheckpointPart,
+    Command,
     Reply,
     Report,
     ShardEpoch,
@@ -210,7 +211,7 @@ class RaytfWorker:
         if self._checkpointer is not None:
             self._checkpointer.request(reason)
 
-    def command(self, command: dict) -> None:
+    def command(self, command: Command) -> None:
         """Queue one command of an interactive session for the user's loop."""
         self._buffer.commands.put(command)
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from raytf.errors import CheckpointRestoreError
 from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import TF_PREFIX
+from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage
 from raytf.worker.traced_save import CheckpointWriter
 
@@ -251,7 +251,7 @@ class WorkerCheckpointer:
         """Write this rank's part of the checkpoint at ``step`` and report it."""
         t0 = time.monotonic()
         self._step_var.assign(step)
-        dirname = f"step_{step:09d}"
+        dirname = step_dirname(step)
         real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
         staging = real or tempfile.mkdtemp(prefix="raytf-save-")
         scratch = staging if self.rank == 0 else tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")

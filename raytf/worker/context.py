@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytf.messages import Reply, Report
+from raytf.messages import Command, Reply, Report
 
 
 def _to_python(value: Any) -> Any:
@@ -160,7 +160,7 @@ class TrainContext:
         """Tell the driver's watchdog this rank is busy between steps (e.g. evaluating)."""
         self._buffer.beats += 1
 
-    def next_command(self) -> dict[str, Any]:
+    def next_command(self) -> Command:
         """Block until the driver's interactive session sends the next command."""
         self._buffer.waiting = True
         try:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from raytf import trainer
 from raytf.config import ScalingConfig
 from raytf.errors import UnsatisfiableResourcesError
 from raytf.group import autoscaler as autoscaling
+from raytf.group import cluster, feasibility
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +22,7 @@ def config_file(tmp_path, monkeypatch):
     path = tmp_path / "autoscaling.yaml"
     path.write_text(CONFIG)
     monkeypatch.setenv("RAYTF_AUTOSCALER_CONFIG", str(path))
-    monkeypatch.setattr(trainer, "alive_node_resources", lambda: [{"CPU": 0}])
+    monkeypatch.setattr(cluster, "alive_node_resources", lambda: [{"CPU": 0}])
     return path
 
 
@@ -34,11 +34,11 @@ def test_node_types_exclude_the_head_and_count_up_to_max_workers(config_file):
 
 
 def test_group_the_autoscaler_can_grow_into_passes_and_one_it_cannot_fails(config_file):
-    trainer.check_cluster(ScalingConfig(num_workers=3, use_gpu=True))
+    feasibility.check_cluster(ScalingConfig(num_workers=3, use_gpu=True))
     with pytest.raises(UnsatisfiableResourcesError, match="autoscaler could add.*gpu"):
-        trainer.check_cluster(ScalingConfig(num_workers=4, use_gpu=True))
+        feasibility.check_cluster(ScalingConfig(num_workers=4, use_gpu=True))
     with pytest.raises(UnsatisfiableResourcesError, match="2 GPU"):
-        trainer.check_cluster(
+        feasibility.check_cluster(
             ScalingConfig(num_workers=1, use_gpu=True, resources_per_worker={"GPU": 2})
         )
 
@@ -46,13 +46,13 @@ def test_group_the_autoscaler_can_grow_into_passes_and_one_it_cannot_fails(confi
 def test_unknown_node_types_mean_wait_and_no_autoscaler_means_live_nodes_only(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(trainer, "alive_node_resources", lambda: [{"CPU": 2}])
+    monkeypatch.setattr(cluster, "alive_node_resources", lambda: [{"CPU": 2}])
     monkeypatch.setattr(autoscaling, "autoscaler_running", lambda: True)
     monkeypatch.setattr(autoscaling, "node_types", lambda: None)
-    trainer.check_cluster(ScalingConfig(num_workers=8, use_gpu=True))  # may come: wait
+    feasibility.check_cluster(ScalingConfig(num_workers=8, use_gpu=True))  # may come: wait
     monkeypatch.setattr(autoscaling, "autoscaler_running", lambda: False)
     with pytest.raises(UnsatisfiableResourcesError, match="no node of the cluster has any GPU"):
-        trainer.check_cluster(ScalingConfig(num_workers=1, use_gpu=True))
+        feasibility.check_cluster(ScalingConfig(num_workers=1, use_gpu=True))
 
 
 def test_a_read_only_monitor_is_not_an_autoscaler():

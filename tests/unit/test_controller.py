@@ -1,11 +1,16 @@
-"""The driver's state machine, stepped without Ray: a scripted fake worker group."""
+"""The driver's state machine, stepped without Ray: a scripted fake worker group and pool,
+held to the same Protocols as the real ones (test_protocols.py)."""
+
+import dataclasses
 
 import pytest
 
 from raytf.config import FailureConfig, RunConfig, ScalingConfig
-from raytf.driver.controller import Controller, State
+from raytf.driver.controller import Controller
 from raytf.driver.failure_policy import pick_root_cause
+from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
+from raytf.driver.states import Next, State
 from raytf.errors import (
     PlacementTimeoutError,
     PortClashError,
@@ -15,6 +20,7 @@ from raytf.errors import (
 )
 from raytf.group.elastic import WorldSize
 from raytf.messages import FAILED, FINISHED, RUNNING, CheckpointPart, Report, WorkerInfo, WorkerPoll
+from raytf.settings import Settings
 
 
 class FakePool:
@@ -38,9 +44,9 @@ class FakePool:
         self.warmed.append(slots)
         return True
 
-    def evict(self, nodes):
-        FakePool.evicted.append(set(nodes))
-        return sorted(nodes)
+    def evict(self, node_ids):
+        FakePool.evicted.append(set(node_ids))
+        return sorted(node_ids)
 
     def close(self):
         self.closed = True
@@ -54,6 +60,7 @@ class FakeGroup:
     created: list = []
     polls: list = []
     requests: list = []
+    commands: list = []
 
     def __init__(self, scaling, *, pool, attempt):
         self.n = self.script.get("sizes", {}).get(attempt, scaling.max_workers)
@@ -93,6 +100,9 @@ class FakeGroup:
     def request_checkpoint(self, reason):
         FakeGroup.requests.append(reason)
 
+    def send_command(self, command):
+        FakeGroup.commands.append(command)
+
     def draining_nodes(self):
         return self.script.get("draining", {})
 
@@ -104,7 +114,10 @@ def report(rank, step, loss):
     return Report(rank, {"step": step, "loss": loss}, 64, float(step))
 
 
-def make_controller(tmp_path, script, n=2, failure_config=None):
+FAST = Settings(poll_interval_s=0, collateral_grace_s=0, grow_check_interval_s=0)
+
+
+def make_controller(tmp_path, script, n=2, failure_config=None, settings=FAST, **kwargs):
     FakeGroup.script = script
     FakeGroup.created = []
     FakeGroup.requests = []
@@ -119,20 +132,16 @@ def make_controller(tmp_path, script, n=2, failure_config=None):
             name="t", storage_path=str(tmp_path), failure_config=failure_config or FailureConfig()
         ),
         Progress(verbose=0),
+        group_cls=FakeGroup,
+        pool_cls=FakePool,
+        settings=settings,
+        **kwargs,
     )
-    ctrl.worker_group_cls = FakeGroup
-    ctrl.worker_pool_cls = FakePool
     return ctrl
 
 
 def running(*steps):
     return [WorkerPoll(r, RUNNING, step=s) for r, s in enumerate(steps)]
-
-
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch):
-    monkeypatch.setattr("raytf.driver.controller.POLL_INTERVAL_S", 0)
-    monkeypatch.setattr("raytf.driver.controller.COLLATERAL_GRACE_S", 0)
 
 
 def test_happy_path_states_history_and_results(tmp_path):
@@ -143,13 +152,13 @@ def test_happy_path_states_history_and_results(tmp_path):
     ]
     ctrl = make_controller(tmp_path, {"polls": polls})
     seen = []
-    state = State.SCHEDULING
-    while not state.is_terminal:
-        state = ctrl._step(state)
-        seen.append(state)
+    nxt = Next(State.SCHEDULING)
+    while not nxt.state.is_terminal:
+        nxt = ctrl._step(nxt)
+        seen.append(nxt.state)
     assert seen == [State.STARTING, State.RUNNING, State.RUNNING, State.RUNNING, State.FINISHED]
     ctrl._teardown()
-    result = ctrl._result(state)
+    result = ctrl._result(nxt.state)
     assert [m["step"] for m in result.metrics_history] == [1, 2]  # rank 0 only
     assert result.metrics == {"step": 2, "loss": 1.0}
     assert result.worker_results == ["a", "b"]
@@ -164,10 +173,10 @@ def test_port_clash_restarts_the_group_on_new_ports(tmp_path):
     assert [g.shut for g in FakeGroup.created] == [True, True]
 
 
-def test_port_clash_forever_gives_up(tmp_path, monkeypatch):
-    monkeypatch.setattr("raytf.driver.controller.MAX_PORT_RETRIES", 2)
+def test_port_clash_forever_gives_up(tmp_path):
     clash = {a: PortClashError(f"clash {a}") for a in range(1, 10)}
-    ctrl = make_controller(tmp_path, {"setup_errors": clash})
+    retries = dataclasses.replace(FAST, max_port_retries=2)
+    ctrl = make_controller(tmp_path, {"setup_errors": clash}, settings=retries)
     with pytest.raises(TrainingFailedError, match="clash 3"):
         ctrl.run()
     assert len(FakeGroup.created) == 3
@@ -200,10 +209,10 @@ def test_dead_worker_restarts_the_whole_group_and_counts(tmp_path):
     ]
     ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=1))
     seen = []
-    state = State.SCHEDULING
-    while not state.is_terminal:
-        state = ctrl._step(state)
-        seen.append(state)
+    nxt = Next(State.SCHEDULING)
+    while not nxt.state.is_terminal:
+        nxt = ctrl._step(nxt)
+        seen.append(nxt.state)
     assert seen == [
         State.STARTING, State.RUNNING, State.RUNNING, State.RESTARTING,
         State.SCHEDULING, State.STARTING, State.RUNNING, State.RUNNING, State.FINISHED,
@@ -238,11 +247,13 @@ def test_user_error_is_not_retried_even_with_failures_left(tmp_path):
 
 def test_watchdog_declares_a_hang(tmp_path):
     polls = [running(1, 1)] + [[None, None]] * 10
-    ctrl = make_controller(
-        tmp_path, {"polls": polls}, failure_config=FailureConfig(hang_timeout_s=30)
-    )
     ticks = iter(range(0, 10_000, 10))  # every reading of the clock is 10 s later
-    ctrl.clock = lambda: float(next(ticks))
+    ctrl = make_controller(
+        tmp_path,
+        {"polls": polls},
+        failure_config=FailureConfig(hang_timeout_s=30),
+        clock=lambda: float(next(ticks)),
+    )
     with pytest.raises(TrainingFailedError, match=r"no progress for \d+ s \(hang_timeout_s=30\)"):
         ctrl.run()
     assert len(FakeGroup.polls) > 0  # it fired within a few silent polls
@@ -263,8 +274,7 @@ def test_root_cause_prefers_user_error_over_peer_abort():
     assert pick_root_cause([abort]) is abort
 
 
-def test_elastic_group_grows_at_the_checkpoint_it_asks_for(tmp_path, monkeypatch):
-    monkeypatch.setattr("raytf.driver.resize_policy.GROW_CHECK_INTERVAL_S", 0)
+def test_elastic_group_grows_at_the_checkpoint_it_asks_for(tmp_path):
     part = [CheckpointPart(r, 10, {}, 0.01, "resize") for r in range(2)]
     polls = [
         running(9, 9),
@@ -334,9 +344,9 @@ def test_stop_request_tears_the_group_down_and_returns(tmp_path):
         [WorkerPoll(0, RUNNING, [report(0, 1, 2.0)]), WorkerPoll(1, RUNNING, [])],
         [WorkerPoll(0, RUNNING, [report(0, 2, 1.0)]), WorkerPoll(1, RUNNING, [])],
     ]
-    ctrl = make_controller(tmp_path, {"polls": polls})
     seen = []
-    ctrl.on_report = lambda metrics: (seen.append(metrics["step"]), ctrl.request_stop())
+    listeners = Listeners(on_report=lambda m: (seen.append(m["step"]), ctrl.request_stop()))
+    ctrl = make_controller(tmp_path, {"polls": polls}, listeners=listeners)
     result = ctrl.run()
     assert seen == [1]  # rank 0's reports go to the listener as they come
     assert result.metrics == {"step": 1, "loss": 2.0}
@@ -366,8 +376,12 @@ def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
             WorkerPoll(1, RUNNING, positions={"train": (0, 8)}),
         ]
     ]
-    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=3))
-    ctrl.data = DataFeed({"train": FakeDataset()}, None)
+    ctrl = make_controller(
+        tmp_path,
+        {"polls": polls},
+        failure_config=FailureConfig(max_failures=3),
+        data=DataFeed({"train": FakeDataset()}, None),
+    )
     with pytest.raises(TrainingFailedError, match="rank 0's shard ended after 7 batches"):
         ctrl.run()
     assert len(FakeGroup.created) == 1

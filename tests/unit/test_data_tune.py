@@ -95,14 +95,23 @@ def test_trial_reserves_an_empty_driver_bundle_and_one_per_worker():
     assert data.bundles[-1] == {"CPU": 1.0} and len(data.bundles) in (3, 4)
 
 
-def test_trial_slots_refuse_a_reservation_of_another_shape():
-    from raytf.group.slots import TrialSlots
+def test_trial_slots_refuse_a_reservation_of_another_shape(monkeypatch):
+    from raytf.group import slots as slots_mod
+    from raytf.group.slots import FixedSlots, TrialSlots
 
+    removed = []
+    monkeypatch.setattr(slots_mod, "remove_placement_group", removed.append)
     pg = SimpleNamespace(bundle_specs=[{"CPU": 1.0}])
     with pytest.raises(ConfigError, match="not 2 x"):
         TrialSlots(ScalingConfig(num_workers=2), pg)
     slots = TrialSlots(ScalingConfig(num_workers=1), pg)
-    assert slots.evict({"n"}) == [] and slots.close() is None
+    assert slots.evict({"n"}) == []
+    slots.close()
+    assert removed == []  # Tune owns the trial's reservation: raytf never removes it
+    own = FixedSlots(ScalingConfig(num_workers=1), "run")
+    own.pg = pg
+    own.close()
+    assert removed == [pg]  # a run's own reservation goes when the run ends
     with_data = SimpleNamespace(bundle_specs=[{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}])
     assert TrialSlots(ScalingConfig(num_workers=2), with_data).n == 2
 
@@ -111,6 +120,7 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
     """save_checkpoint hands Tune the committed step directory; a restored trial puts it
     where raytf looks, so its driver resumes from it (here: another run directory)."""
     from raytf.config import RunConfig
+    from raytf.driver.launch import RunSpec
     from raytf.integrations.tune import trainable
     from raytf.rundir.checkpoints import commit, latest_intact
     from raytf.rundir.storage import Storage
@@ -120,9 +130,7 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
     old_run = RunConfig(name="old", storage_path=str(tmp_path / "runs"))
     old = Storage(old_run.run_dir)
     ckpt = commit(old, write_parts(old, 64), world_size=2, attempt=1)
-    cls = trainable(
-        SimpleNamespace(train_loop_config={}, scaling_config=ScalingConfig(), datasets={})
-    )
+    cls = trainable(RunSpec(fn=print, config={}, scaling=ScalingConfig(), run_config=old_run))
     trial = SimpleNamespace(
         _controller=SimpleNamespace(ckpts=SimpleNamespace(latest=ckpt)),
         _saved_step=None,

@@ -1,0 +1,86 @@
+"""From a user's entry point to a running driver: one ``RunSpec``, one ``make_controller``.
+
+``Trainer.fit``, ``Session`` and a Tune trial all start the same way: join or
+start Ray, rule out a cluster that can never hold the group, check the Ray
+Data input, open the progress display, and build the controller with every
+collaborator it needs. What differs between them (a Tune trial's placement
+group and listener, a Session's reply handler) is passed in here, never
+assigned to the controller afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from raytf.config import RunConfig, ScalingConfig
+from raytf.data.feed import DataFeed
+from raytf.driver.controller import Controller
+from raytf.driver.listeners import Listeners
+from raytf.driver.progress import Progress
+from raytf.group.cluster import ensure_ray
+from raytf.group.feasibility import check_cluster, check_data_room
+from raytf.group.pool import WorkerPool
+from raytf.settings import Settings
+
+logger = logging.getLogger("raytf")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one run trains and how: the user's loop, its config, the run's configs, data."""
+
+    fn: Callable[..., Any]
+    config: dict[str, Any]
+    scaling: ScalingConfig
+    run_config: RunConfig
+    datasets: dict[str, Any] = field(default_factory=dict)
+
+
+def _configure_logging(settings: Settings) -> None:
+    if settings.log_level:
+        logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logger.setLevel(settings.log_level.upper())
+
+
+def make_controller(
+    spec: RunSpec,
+    *,
+    what: str = "run",
+    listeners: Listeners | None = None,
+    placement_group: Any = None,
+    pool_cls: type = WorkerPool,
+) -> Controller:
+    """Join or start Ray, rule out a cluster that can never hold the group, make the driver."""
+    settings = Settings.from_env()
+    _configure_logging(settings)
+    ensure_ray(settings=settings)
+    check_cluster(spec.scaling)
+    check_data_room(spec.scaling, list(spec.datasets))
+    run_config = spec.run_config
+    os.makedirs(run_config.run_dir, exist_ok=True)
+    progress = Progress(
+        verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
+    )
+    progress.message(f"{what} {run_config.name} in {run_config.run_dir}")
+    data = DataFeed(spec.datasets, spec.scaling.global_batch_size)
+    data.check(spec.scaling.max_workers, progress.message)
+    data.fetch_schemas()
+    return Controller(
+        ray.put(spec.fn),
+        spec.config,
+        spec.scaling,
+        run_config,
+        progress,
+        data=data,
+        listeners=listeners,
+        placement_group=placement_group,
+        pool_cls=pool_cls,
+        settings=settings,
+    )

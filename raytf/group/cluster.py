@@ -1,0 +1,67 @@
+"""The Ray cluster as the driver sees it: joined (or started), its live nodes, its drains.
+
+Every question the driver asks Ray about nodes goes through here, so one
+reading of ``ray.nodes()`` serves the feasibility check, the pool and the
+slots alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import ray
+
+from raytf.settings import Settings
+
+logger = logging.getLogger("raytf")
+
+
+def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) -> None:
+    """Join the cluster named by RAY_ADDRESS, or start an embedded local instance.
+
+    Code that already called ``ray.init`` (with any address) is left as it is,
+    so the same job runs unchanged locally and under ``ray job submit``. An
+    embedded instance gets at least ``min_cpus`` logical CPUs (a job that
+    feeds its workers from Ray Data needs CPUs beyond theirs).
+    """
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        return
+    settings = settings or Settings.from_env()
+    # An embedded instance is one machine: keep it on loopback. Ray rewrites 127.0.0.1
+    # to the host's network address, so use another loopback address where Linux has one.
+    node_ip = settings.embedded_node_ip if sys.platform.startswith("linux") else None
+    cpus = max(os.cpu_count() or 1, min_cpus or 0)
+    ray.init(include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip, num_cpus=cpus)
+
+
+def alive_nodes() -> list[dict]:
+    """Ray's records of the nodes that are alive now."""
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def alive_node_ids() -> set[str]:
+    return {n["NodeID"] for n in alive_nodes()}
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    return [n["Resources"] for n in alive_nodes()]
+
+
+def draining_nodes() -> dict[str, float]:
+    """Nodes Ray is draining (a spot node about to go) -> deadline (Unix seconds, 0 if none).
+
+    Empty if the query is unavailable. ``get_draining_nodes`` is Ray's own (private)
+    GCS query; ``ray drain-node`` and the autoscaler's preemption handling set it.
+    """
+    try:
+        from ray._private.state import state as gcs_state
+
+        return {n: ms / 1000.0 for n, ms in gcs_state.get_draining_nodes().items()}
+    except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
+        logger.debug("draining-node query failed: %s", exc)
+        return {}
