@@ -9,19 +9,26 @@ number of workers.
 
 from __future__ import annotations
 
+import numbers
+
 from raytf.errors import ConfigError
 
 
-def per_replica_batch(global_batch_size: int, num_replicas: int) -> int:
-    """The batch each replica sees; an error if the global batch does not split evenly."""
-    if not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise ConfigError(f"global_batch_size = {global_batch_size!r}: must be a positive int")
+def per_replica_batch(global_batch_size: int, num_replicas: int, where: str = "") -> int:
+    """The batch each replica sees; an error if the global batch does not split evenly.
+
+    ``where`` names what asked (a dataset), for the message.
+    """
+    g = global_batch_size
+    if isinstance(g, bool) or not isinstance(g, numbers.Integral) or g < 1:
+        raise ConfigError(f"{where}global_batch_size = {g!r}: must be a positive int")
+    global_batch_size = int(g)
     if global_batch_size % num_replicas:
         lower = global_batch_size - global_batch_size % num_replicas
         upper = lower + num_replicas
         choices = f"{lower} or {upper}" if lower else f"{upper}"
         raise ConfigError(
-            f"global_batch_size = {global_batch_size} does not divide over {num_replicas} "
+            f"{where}global_batch_size = {global_batch_size} does not divide over {num_replicas} "
             f"replicas in sync (workers x devices per worker): every replica must get the same "
             f"batch. Use a multiple of {num_replicas}, e.g. {choices}."
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from raytf.data.batching import per_replica_batch
 from raytf.messages import ShardEpoch
 
 
@@ -69,13 +70,7 @@ class DataShard:
         return self._iterator
 
     def per_replica_batch(self, global_batch_size: int) -> int:
-        g, n = int(global_batch_size), self._num_replicas
-        if g < 1 or g % n:
-            raise ValueError(
-                f"dataset {self.name!r}: global batch {global_batch_size} does not split "
-                f"over {n} replicas in sync: use a multiple of {n}"
-            )
-        return g // n
+        return per_replica_batch(global_batch_size, self._num_replicas, f"dataset {self.name!r}: ")
 
     def to_tf(
         self,

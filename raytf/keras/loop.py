@@ -17,7 +17,6 @@ optimizer variable, is restored.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank
 from raytf.keras.steps import make_test_function, make_train_function
 from raytf.worker.context import TrainContext, get_context
+from raytf.worker.user_fn import call_user
 
 # Session commands that run no collective, so an error in one leaves the group usable.
 LOCAL_OPS = ("set_learning_rate", "describe", "get_weights")
@@ -52,21 +52,6 @@ class FitSpec:
     steps_per_call: int = 1
     report_every: int = 10
     return_weights: bool = True
-
-
-def call_user(fn: Callable[..., Any], *args: Any, config: dict) -> Any:
-    """Call ``fn(*args)``, or ``fn(*args, config)`` when it takes one more parameter."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return fn(*args)
-    positional = [
-        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in params.values())
-    if takes_varargs or len(positional) > len(args):
-        return fn(*args, config)
-    return fn(*args)
 
 
 class KerasWorkerRun:

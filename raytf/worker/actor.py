@@ -10,7 +10,6 @@ background, so the 5-7 s import overlaps placement and port set-up.
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 import sys
@@ -40,16 +39,11 @@ from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.ports import is_port_clash, reserve_port
+from raytf.worker.user_fn import call_user
 
 
 def _import_tensorflow() -> None:
     import tensorflow  # noqa: F401  (import only: no op may run before MWMS exists)
-
-
-def _call_user_fn(fn, config):
-    if len(inspect.signature(fn).parameters) == 0:
-        return fn()
-    return fn(config)
 
 
 class RaytfWorker:
@@ -197,7 +191,7 @@ class RaytfWorker:
 
     def _guarded(self, fn, config):
         try:
-            return FINISHED, _call_user_fn(fn, config)
+            return FINISHED, call_user(fn, config=config)
         except CheckpointRestoreError as exc:
             return FAILED, exc  # the driver falls back to an older checkpoint
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means

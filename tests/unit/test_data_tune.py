@@ -77,7 +77,8 @@ def test_datasets_argument_is_checked():
 def test_per_replica_batch_must_divide():
     shard = DataShard("train", None, rank=0, num_replicas=4, on_epoch=print, position={})
     assert shard.per_replica_batch(128) == 32
-    with pytest.raises(ValueError, match="global batch 130 does not split over 4 replicas"):
+    split = "dataset 'train': global_batch_size = 130 does not divide over 4 replicas.*128 or 132"
+    with pytest.raises(ConfigError, match=split):
         shard.per_replica_batch(130)
 
 

@@ -5,11 +5,12 @@ import pytest
 from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank, check_callbacks
-from raytf.keras.loop import FitSpec, call_user
+from raytf.keras.loop import FitSpec
 from raytf.keras.steps import check_step_mode
 from raytf.keras.trainer import check_fit_options
 from raytf.result import history_from_reports
 from raytf.worker.checkpointer import _crossed
+from raytf.worker.user_fn import call_user
 
 pytestmark = pytest.mark.unit
 
