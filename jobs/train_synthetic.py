@@ -90,11 +90,14 @@ def train_loop(config: dict) -> dict:
         optimizer = keras.optimizers.Adam(learning_rate=float(config.get("lr", 1e-3)))
         # How many times each example was trained on: checkpointed with the weights.
         seen = tf.Variable(tf.zeros([NUM_EXAMPLES], tf.int32), trainable=False, name="seen")
+        # The training steps this loop ran whose effect the weights hold: counted here and
+        # checkpointed, so a restore rolls it back with the weights (the summary's "steps").
+        steps_run = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps_run")
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     # Resume: weights, optimizer slots, RNG state and the step come back from the
     # latest committed checkpoint; the input restarts at the step after it.
-    tracked = {"model": model, "optimizer": optimizer}
+    tracked = {"model": model, "optimizer": optimizer, "steps_run": steps_run}
     if count_examples:
         tracked["seen"] = seen
     start = ctx.restore(**tracked)
@@ -116,6 +119,7 @@ def train_loop(config: dict) -> dict:
     @tf.function
     def train_step(it):
         loss, hits, counts = strategy.run(step_fn, args=next(it))
+        steps_run.assign_add(1)
         sum_ = tf.distribute.ReduceOp.SUM
         if count_examples:
             seen.assign_add(strategy.reduce(sum_, counts, axis=None))
@@ -135,7 +139,7 @@ def train_loop(config: dict) -> dict:
                 examples=(step - reported) * global_batch,
             )
             reported = step
-    out = {"weights_digest": weights_digest(model.get_weights()), "steps": steps}
+    out = {"weights_digest": weights_digest(model.get_weights()), "steps": int(steps_run.numpy())}
     if count_examples:
         out["examples_seen"] = seen_summary(seen.numpy())
     return out

@@ -147,6 +147,7 @@ def test_uneven_batches_across_ranks_are_a_clear_error(ray_cluster, storage):
 
 
 def test_bad_datasets_argument_names_the_problem(storage):
+    run_config = raytf.RunConfig(name="bad", storage_path=storage)
     with pytest.raises(raytf.ConfigError, match=r"datasets\['train'\] is a list"):
-        raytf.Trainer(shard_loop, datasets={"train": [1, 2]})
-    assert os.path.isdir(storage)
+        raytf.Trainer(shard_loop, datasets={"train": [1, 2]}, run_config=run_config)
+    assert os.listdir(storage) == []  # refused before anything was written for the run
