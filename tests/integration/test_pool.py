@@ -1,0 +1,95 @@
+"""The worker pool and elastic slots on a real Ray instance: placement groups, standbys
+promoted in place, a standby SIGKILLed from outside found and replaced, nothing left.
+
+Workers are the control-plane benchmark's TF-free ``LiteWorker`` (the real actor
+with TensorFlow's import swapped out), so these tests cost seconds, not imports.
+"""
+
+import os
+import signal
+import time
+
+import ray
+from ray.util import placement_group_table
+
+from raytf.bench.control_plane import LitePool
+from raytf.config import ScalingConfig
+from raytf.group.pool import kill_actor
+from raytf.group.slots import ElasticSlots
+
+
+def _pids(actors) -> list[int]:
+    return ray.get([a.ping.remote() for a in actors], timeout=60)
+
+
+def _state(pg) -> str:
+    return placement_group_table(pg)["state"]
+
+
+def test_pool_promotes_standbys_and_replaces_a_killed_one(ray_cluster):
+    pool = LitePool(
+        ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}), run_name="pool-test"
+    )
+    try:
+        size = pool.place(30, lambda what, waited: None)
+        assert size.workers == 2 and pool.active == [0, 1]
+        first = pool.actors_for_ranks()
+        assert [promoted for _, promoted in first] == [False, False]
+        first_pids = _pids([a for a, _ in first])
+        assert len(set(first_pids)) == 2
+
+        pool.add_standbys()
+        standby_pids = _pids([pool.standbys[s] for s in (0, 1)])
+        assert not set(standby_pids) & set(first_pids)
+        for actor, _ in first:  # the attempt ends: its actors go, the standbys stay
+            kill_actor(actor)
+
+        pool.place(30, lambda what, waited: None)
+        second = pool.actors_for_ranks()
+        assert [promoted for _, promoted in second] == [True, True]
+        assert _pids([a for a, _ in second]) == standby_pids  # the same processes, promoted
+        assert pool.standbys == {}
+
+        pool.add_standbys()
+        spare_pids = _pids([pool.standbys[s] for s in (0, 1)])
+        os.kill(spare_pids[1], signal.SIGKILL)  # from outside, as a node's OOM killer would
+        for actor, _ in second:
+            kill_actor(actor)
+        deadline = time.monotonic() + 30
+        while 1 in pool.standbys and time.monotonic() < deadline:
+            pool.place(30, lambda what, waited: None)  # pings standbys, drops dead ones
+        assert list(pool.standbys) == [0]
+        third = pool.actors_for_ranks()
+        assert [promoted for _, promoted in third] == [True, False]
+        third_pids = _pids([a for a, _ in third])
+        assert third_pids[0] == spare_pids[0] and third_pids[1] not in spare_pids
+        pg = pool.slots.pg
+        for actor, _ in third:
+            kill_actor(actor)
+    finally:
+        pool.close()
+    assert _state(pg) == "REMOVED"
+    assert pool.standbys == {} and pool.spares == {}
+
+
+def test_elastic_slots_place_what_fits_and_give_back_a_drained_node(ray_cluster):
+    cpus = ray.cluster_resources()["CPU"]
+    per = cpus / 2 - 0.25  # two fit on the cluster, a third does not
+    scaling = ScalingConfig(num_workers=(1, 3), resources_per_worker={"CPU": per}, elastic_wait_s=1)
+    slots = ElasticSlots(scaling, "elastic-test")
+    try:
+        active, size = slots.place(30, lambda what, waited: None, lambda placed: sorted(placed))
+        assert size.workers == 2 and len(active) == 2
+        placed = slots.placed()
+        assert sorted(placed) == active and len(set(placed.values())) == 1  # one node here
+        pgs = list(slots.pgs)
+        assert [_state(pg) for pg in pgs].count("CREATED") == 2
+        node = next(iter(placed.values()))
+        evicted = slots.evict({node})
+        assert sorted(evicted) == active  # both slots sat on the drained node
+        assert all(_state(pgs[s]) == "REMOVED" for s in evicted)
+        assert all(pg is not None for pg in slots.pgs)  # asked for again, elsewhere
+    finally:
+        slots.close()
+    assert slots.pgs == [None, None, None]
+    assert all(_state(pg) == "REMOVED" for pg in pgs)

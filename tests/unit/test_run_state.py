@@ -1,0 +1,219 @@
+"""The run's state.json: written through a real Storage on tmp_path, on a fake clock."""
+
+import json
+import os
+import types
+
+import pytest
+
+from raytf.config import ScalingConfig
+from raytf.errors import WorkerDiedError
+from raytf.messages import WorkerInfo
+from raytf.rundir import run_state
+from raytf.rundir.run_state import STATE_FILE, RunState, load_previous, read_state
+from raytf.rundir.storage import Storage
+
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(run_state, "time", types.SimpleNamespace(time=c))
+    return c
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return Storage(str(tmp_path))
+
+
+def infos():
+    return [
+        WorkerInfo(0, "10.0.0.1", "node-a", "host-a", 111, 5000, ("0", "1")),
+        WorkerInfo(1, "10.0.0.2", "node-b", "host-b", 222, 5001, ()),
+    ]
+
+
+def fresh(tmp_path):
+    return RunState(name="run", run_dir=str(tmp_path), num_workers=2, min_workers=2)
+
+
+def test_save_and_read_state_round_trip(tmp_path, storage, clock):
+    state = fresh(tmp_path)
+    state.set_workers(infos(), "running")
+    state.last_step = 12
+    state.checkpoints = [5, 10]
+    state.add_failure(1, "worker_died", WorkerDiedError(1, "node lost"), at=900.0)
+    clock.t = 1234.5
+    state.save(storage)
+    doc = read_state(str(tmp_path))
+    assert doc["updated"] == 1234.5 and state.updated == 1234.5
+    assert doc["driver_pid"] == os.getpid()
+    assert doc["state"] == "SCHEDULING" and doc["attempt"] == 0
+    assert doc["last_step"] == 12 and doc["checkpoints"] == [5, 10]
+    assert [w["node_id"] for w in doc["workers"]] == ["node-a", "node-b"]
+    assert doc["failures"][0]["cause"] == "WorkerDiedError: rank 1 died: node lost"
+    assert doc["world_size"] is None and doc["preemption_log"] == [] and doc["resizes"] == []
+    assert load_previous(storage) == doc
+
+
+def test_continuing_carries_the_runs_history_and_nothing_else(tmp_path, storage):
+    previous = {
+        "name": "old",
+        "run_dir": "/elsewhere",
+        "state": "RUNNING",
+        "attempt": 3,
+        "num_workers": 9,
+        "min_workers": 9,
+        "world_size": 3,
+        "driver_pid": 1,
+        "workers": [{"rank": 0, "state": "running"}],
+        "last_step": 99,
+        "checkpoints": [90],
+        "failures": [{"attempt": 2, "kind": "hang", "cause": "WorkerHangError: x", "time": 1.0}],
+        "recoveries_s": [4.2],
+        "resumed_at": [5.0],
+        "preemptions": 2,
+        "preemption_log": [{"node_id": "n", "deadline": None, "noticed_at": 3.0}],
+        "resizes": [{"attempt": 3, "before": 3, "after": 2, "reason": "node lost", "step": 90}],
+        "updated": 7.0,
+    }
+    storage.write_json_atomic(previous, STATE_FILE)
+    state = RunState.continuing(
+        storage, name="new", run_dir=str(tmp_path), scaling=ScalingConfig(num_workers=(2, 4))
+    )
+    assert state.attempt == 3
+    assert state.failures == previous["failures"]
+    assert state.resizes == previous["resizes"]
+    assert state.preemption_log == previous["preemption_log"]
+    assert (state.name, state.run_dir) == ("new", str(tmp_path))
+    assert (state.num_workers, state.min_workers) == (4, 2)
+    assert state.state == "SCHEDULING"
+    assert state.workers == [] and state.last_step is None and state.checkpoints == []
+    assert state.world_size is None and state.preemptions == 0
+    assert state.recoveries_s == [] and state.resumed_at == []
+    assert state.driver_pid == os.getpid() and state.updated == 0.0
+
+
+def test_continuing_a_new_run_starts_from_nothing(tmp_path, storage):
+    state = RunState.continuing(
+        storage, name="new", run_dir=str(tmp_path), scaling=ScalingConfig(num_workers=3)
+    )
+    assert state.attempt == 0 and state.failures == [] and state.resizes == []
+    assert state.preemption_log == []
+    assert (state.num_workers, state.min_workers) == (3, 3)
+
+
+def test_record_writes_every_change_but_running_about_once_a_second(tmp_path, storage, clock):
+    state = fresh(tmp_path)
+    kw = {"preemptions": 0, "workers_ended": False, "storage": storage}
+    clock.t = 100.0
+    state.record("SCHEDULING", attempt=1, **kw)
+    assert read_state(str(tmp_path))["updated"] == 100.0
+    clock.t = 100.2
+    state.record("STARTING", attempt=1, **kw)
+    assert read_state(str(tmp_path))["state"] == "STARTING"
+    clock.t = 100.4
+    state.record("RUNNING", attempt=1, **kw)
+    clock.t = 100.6
+    state.record("RUNNING", attempt=1, **kw)
+    doc = read_state(str(tmp_path))
+    assert (doc["state"], doc["updated"]) == ("STARTING", 100.2)  # too soon: not written
+    assert state.state == "RUNNING"  # but held in memory
+    clock.t = 101.2
+    state.record("RUNNING", attempt=1, **kw)
+    doc = read_state(str(tmp_path))
+    assert (doc["state"], doc["updated"]) == ("RUNNING", 101.2)
+    clock.t = 101.5
+    state.record("RUNNING", attempt=1, **kw)
+    assert read_state(str(tmp_path))["updated"] == 101.2
+    clock.t = 101.6
+    state.record("RESTARTING", attempt=1, preemptions=1, workers_ended=False, storage=storage)
+    doc = read_state(str(tmp_path))
+    assert (doc["state"], doc["updated"], doc["preemptions"]) == ("RESTARTING", 101.6, 1)
+
+
+def test_record_keeps_writing_non_running_states_however_often(tmp_path, storage, clock):
+    state = fresh(tmp_path)
+    for i, name in enumerate(["SCHEDULING", "STARTING", "RESTARTING", "SCHEDULING"]):
+        clock.t = 200.0 + i * 0.01
+        state.record(name, attempt=i, preemptions=0, workers_ended=False, storage=storage)
+        doc = read_state(str(tmp_path))
+        assert (doc["state"], doc["attempt"], doc["updated"]) == (name, i, clock.t)
+
+
+@pytest.mark.parametrize("final,expected", [("FINISHED", "finished"), ("ERRORED", "stopped")])
+def test_workers_ended_marks_every_worker(tmp_path, storage, clock, final, expected):
+    state = fresh(tmp_path)
+    state.set_workers(infos(), "running")
+    state.record(final, attempt=1, preemptions=0, workers_ended=True, storage=storage)
+    assert [w["state"] for w in read_state(str(tmp_path))["workers"]] == [expected, expected]
+
+
+def test_workers_not_ended_keep_their_state(tmp_path, storage, clock):
+    state = fresh(tmp_path)
+    state.set_workers(infos(), "running")
+    state.record("RESTARTING", attempt=1, preemptions=0, workers_ended=False, storage=storage)
+    assert [w["state"] for w in state.workers] == ["running", "running"]
+
+
+def test_set_workers_makes_one_entry_per_rank(tmp_path, storage, clock):
+    state = fresh(tmp_path)
+    state.set_workers(infos(), "running")
+    assert state.workers == [
+        {
+            "rank": 0,
+            "node_ip": "10.0.0.1",
+            "node_id": "node-a",
+            "pid": 111,
+            "port": 5000,
+            "gpu_ids": ["0", "1"],
+            "state": "running",
+            "last_step": None,
+        },
+        {
+            "rank": 1,
+            "node_ip": "10.0.0.2",
+            "node_id": "node-b",
+            "pid": 222,
+            "port": 5001,
+            "gpu_ids": [],
+            "state": "running",
+            "last_step": None,
+        },
+    ]
+    state.workers[0]["last_step"] = 3
+    state.set_workers(infos()[:1], "starting")  # a new attempt replaces the list
+    assert len(state.workers) == 1 and state.workers[0]["last_step"] is None
+
+
+def test_add_failure_formats_the_cause(tmp_path):
+    state = fresh(tmp_path)
+    state.add_failure(2, "user_error", ValueError("bad input"), at=12.5)
+    state.add_failure(3, "worker_died", WorkerDiedError(0, "killed"), at=13.0)
+    assert state.failures == [
+        {"attempt": 2, "kind": "user_error", "cause": "ValueError: bad input", "time": 12.5},
+        {
+            "attempt": 3,
+            "kind": "worker_died",
+            "cause": "WorkerDiedError: rank 0 died: killed",
+            "time": 13.0,
+        },
+    ]
+
+
+def test_load_previous_of_a_missing_or_corrupt_file_is_empty(tmp_path, storage):
+    assert load_previous(storage) == {}
+    with open(os.path.join(str(tmp_path), STATE_FILE), "w") as f:
+        f.write('{"attempt": 3, "fail')
+    assert load_previous(storage) == {}
+    with open(os.path.join(str(tmp_path), STATE_FILE), "w") as f:
+        json.dump({"attempt": 3}, f)
+    assert load_previous(storage) == {"attempt": 3}

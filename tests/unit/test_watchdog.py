@@ -1,0 +1,101 @@
+"""The driver's watchdog on a fake clock: hangs, silent ranks, and recovery times."""
+
+from raytf.config import FailureConfig
+from raytf.driver.watchdog import Watchdog
+from raytf.errors import WorkerHangError
+
+CONFIG = FailureConfig(hang_timeout_s=10.0, unresponsive_timeout_s=5.0)
+
+
+def nobody_silent(for_s):
+    return []
+
+
+class Silent:
+    """silent_ranks: the ranks that answered no poll for ``for_s`` seconds."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+        self.asked: list[float] = []
+
+    def __call__(self, for_s):
+        self.asked.append(for_s)
+        return self.ranks
+
+
+def test_no_hang_before_the_timeout_and_a_hang_after_it():
+    dog = Watchdog(CONFIG, now=100.0)
+    assert dog.check(100.0, nobody_silent) is None
+    assert dog.check(109.9, nobody_silent) is None
+    hang = dog.check(110.0, nobody_silent)
+    assert isinstance(hang, WorkerHangError)
+    assert str(hang) == "no progress for 10 s (hang_timeout_s=10)"
+    assert "no progress for 25 s" in str(dog.check(125.2, nobody_silent))
+
+
+def test_activity_resets_the_timer():
+    dog = Watchdog(CONFIG, now=100.0)
+    dog.on_activity(106.0)
+    assert dog.check(115.9, nobody_silent) is None
+    assert dog.check(116.0, nobody_silent) is not None
+
+
+def test_a_new_step_resets_the_timer():
+    dog = Watchdog(CONFIG, now=100.0)
+    assert dog.on_step(1, 108.0) is None  # no restart began: the first attempt recovers nothing
+    assert dog.last_step == 1
+    assert dog.check(117.9, nobody_silent) is None
+    assert "no progress for 10 s" in str(dog.check(118.0, nobody_silent))
+
+
+def test_a_repeated_step_is_not_progress():
+    dog = Watchdog(CONFIG, now=100.0)
+    dog.on_step(5, 101.0)
+    assert dog.on_step(5, 109.0) is None
+    hang = dog.check(111.0, nobody_silent)
+    assert hang is not None and "no progress for 10 s" in str(hang)
+
+
+def test_attempt_started_resets_the_timer_and_the_last_step():
+    dog = Watchdog(CONFIG, now=100.0)
+    dog.on_step(7, 101.0)
+    dog.attempt_started(150.0, restored_step=0)
+    assert dog.last_step is None
+    assert dog.check(159.0, nobody_silent) is None
+    assert dog.check(160.0, nobody_silent) is not None
+    dog.on_step(7, 161.0)  # the same step number in a new attempt is progress
+    assert dog.check(170.0, nobody_silent) is None
+
+
+def test_silent_ranks_are_a_hang_naming_them():
+    dog = Watchdog(CONFIG, now=100.0)
+    silent = Silent([1, 3])
+    hang = dog.check(101.0, silent)  # long before hang_timeout_s
+    assert isinstance(hang, WorkerHangError)
+    assert str(hang) == (
+        "ranks [1, 3] answered no poll for 5 s (stopped or deadlocked; unresponsive_timeout_s)"
+    )
+    assert silent.asked == [5.0]
+    assert dog.check(101.0, Silent([])) is None
+
+
+def test_recovery_time_is_returned_for_the_first_step_past_the_restored_one():
+    dog = Watchdog(CONFIG, now=0.0)
+    dog.on_step(40, 50.0)
+    dog.restart_began(200.0)
+    dog.attempt_started(205.0, restored_step=40)
+    assert dog.on_step(40, 206.0) is None  # the restored step itself is not a resumed one
+    assert dog.on_step(41, 207.5) == 7.5
+    assert dog.on_step(42, 208.0) is None
+    assert dog.recoveries_s == [7.5]
+
+
+def test_recoveries_accumulate_over_restarts():
+    dog = Watchdog(CONFIG, now=0.0)
+    dog.restart_began(10.0)
+    dog.attempt_started(12.0, restored_step=0)
+    assert dog.on_step(1, 14.0) == 4.0
+    dog.restart_began(100.0)
+    dog.attempt_started(101.0, restored_step=20)
+    assert dog.on_step(21, 103.25) == 3.25
+    assert dog.recoveries_s == [4.0, 3.25]
