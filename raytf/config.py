@@ -8,13 +8,13 @@ value: a mistake must surface before any process starts, never as a hang later.
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from raytf.errors import ConfigError
+from raytf.rundir.storage import join_run_dir
 from raytf.settings import Settings
 
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
@@ -272,4 +272,6 @@ class RunConfig:
 
     @property
     def run_dir(self) -> str:
-        return os.path.join(os.path.abspath(os.path.expanduser(self.storage_path)), self.name)
+        """``storage_path/name``: a URL stays a URL (s3://, gs://...), a local path is made
+        absolute (the workers may not share the driver's working directory)."""
+        return join_run_dir(self.storage_path, self.name)

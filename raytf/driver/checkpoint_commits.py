@@ -17,6 +17,7 @@ from raytf.rundir.checkpoints import (
     CKPT_DIR,
     CommittedCheckpoint,
     commit,
+    committed,
     latest_intact,
     mark_bad,
     prune,
@@ -33,7 +34,8 @@ class CheckpointCoordinator:
         self.world_size = world_size
         self.bad: set[int] = set()
         self.latest: CommittedCheckpoint | None = latest_intact(storage)
-        self.committed_steps: list[int] = []
+        # The committed checkpoints that exist (pruned ones leave): what status lists.
+        self.kept: list[int] = committed(storage)
         self.save_seconds: list[float] = []
         self._pending: dict[int, dict[int, CheckpointPart]] = defaultdict(dict)
         self._last_save = time.monotonic()
@@ -70,11 +72,12 @@ class CheckpointCoordinator:
                     self.storage, list(ranks.values()), world_size=self.world_size, attempt=attempt
                 )
                 self.latest = ckpt
-                self.committed_steps.append(step)
+                self.kept.append(step)
                 self.save_seconds.append(ckpt.manifest["save_seconds"])
                 self._last_save = time.monotonic()
                 self._requested_at = None
                 removed = prune(self.storage, self.config.num_to_keep)
+                self.kept = [s for s in self.kept if s not in removed]
                 if removed:
                     logger.debug("pruned checkpoints %s", removed)
                 done.append(ckpt)

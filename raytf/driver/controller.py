@@ -293,7 +293,7 @@ class Controller:
             self._take_step(poll.rank, poll.step, now)
         restart = None
         for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
-            self.status.checkpoints = self.ckpts.committed_steps[-20:]
+            self.status.checkpoints = self.ckpts.kept[-20:]
             if self.run_config.verbose >= 2:
                 self.progress.message(f"committed checkpoint at step {ckpt.step}")
             restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))

@@ -11,7 +11,6 @@ assigned to the controller afterwards.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +23,11 @@ from raytf.data.feed import DataFeed
 from raytf.driver.controller import Controller
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
-from raytf.group.cluster import ensure_ray
+from raytf.errors import ConfigError
+from raytf.group.cluster import ensure_ray, unshared_nodes
 from raytf.group.feasibility import check_cluster, check_data_room
 from raytf.group.pool import WorkerPool
+from raytf.rundir.storage import check_storage, is_local
 from raytf.settings import Settings
 
 logger = logging.getLogger("raytf")
@@ -60,11 +61,23 @@ def make_controller(
     """Join or start Ray, rule out a cluster that can never hold the group, make the driver."""
     settings = Settings.from_env()
     _configure_logging(settings)
+    run_config = spec.run_config
+    check_storage(run_config.storage_path, run_config.run_dir)  # before Ray: a typo fails fast
     ensure_ray(settings=settings)
     check_cluster(spec.scaling)
     check_data_room(spec.scaling, list(spec.datasets))
-    run_config = spec.run_config
-    os.makedirs(run_config.run_dir, exist_ok=True)
+    if is_local(run_config.run_dir):
+        unshared = unshared_nodes(run_config.run_dir, spec.scaling.worker_resources())
+        if unshared:
+            raise ConfigError(
+                f"RunConfig.storage_path = {run_config.storage_path!r} is a local path, and "
+                "not the same storage on every node: the chief writes checkpoint files on "
+                "its node while the driver commits them from this one, so every restart "
+                "would begin from step 0. "
+                + "; ".join(unshared)
+                + ". Use a shared mount (NFS, a cluster filesystem) at the same path on "
+                "every node, or an object store (s3://bucket/path, gs://...)"
+            )
     progress = Progress(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
     )

@@ -65,3 +65,73 @@ def draining_nodes() -> dict[str, float]:
     except Exception as exc:  # noqa: BLE001 - an unavailable query is not a drain
         logger.debug("draining-node query failed: %s", exc)
         return {}
+
+
+def _probe_on_node(path: str, content: bytes, reply: str) -> tuple[str, str | None]:
+    """Runs on one node: can it read the driver's probe, and write one back?"""
+    import socket
+
+    try:
+        with open(path, "rb") as f:
+            seen = f.read()
+        if seen != content:
+            return socket.gethostname(), f"{path} holds other bytes there"
+        with open(reply, "wb") as f:
+            f.write(content)
+        return socket.gethostname(), None
+    except OSError as exc:
+        return socket.gethostname(), f"{type(exc).__name__}: {exc}"
+
+
+def unshared_nodes(directory: str, bundle: dict[str, float], timeout_s: float = 60.0) -> list[str]:
+    """Nodes that could host a worker but do not see ``directory`` as the driver does.
+
+    The driver writes a probe file there; a zero-CPU task on each such node reads it
+    and writes its own, which the driver reads back. One node (or none able to hold
+    a worker besides this one) needs no check. Returns a line per node that failed.
+    """
+    import uuid
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [
+        n
+        for n in alive_nodes()
+        if all(n["Resources"].get(k, 0.0) >= v for k, v in bundle.items() if v > 0)
+    ]
+    if len(alive_nodes()) < 2 or not nodes:
+        return []
+    os.makedirs(directory, exist_ok=True)
+    token = uuid.uuid4().hex
+    probe = os.path.join(directory, f".raytf-shared-{token}")
+    content = token.encode()
+    with open(probe, "wb") as f:
+        f.write(content)
+    task = ray.remote(num_cpus=0, max_retries=0)(_probe_on_node)
+    refs, replies = {}, {}
+    for n in nodes:
+        replies[n["NodeID"]] = f"{probe}.{n['NodeID'][:12]}"
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        refs[n["NodeID"]] = task.options(scheduling_strategy=strategy).remote(
+            probe, content, replies[n["NodeID"]]
+        )
+    bad = []
+    try:
+        for n in nodes:
+            where = f"node {n['NodeManagerAddress']} ({n['NodeID'][:12]})"
+            try:
+                host, problem = ray.get(refs[n["NodeID"]], timeout=timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a node that cannot answer cannot be trusted
+                bad.append(f"{where}: the check did not run ({type(exc).__name__}: {exc})")
+                continue
+            if problem is None and not os.path.exists(replies[n["NodeID"]]):
+                problem = "its file written there is not seen here"
+            if problem is not None:
+                bad.append(f"{where}, host {host}: {problem}")
+    finally:
+        for path in [probe, *replies.values()]:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+    return bad

@@ -14,6 +14,7 @@ an import.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import ray
@@ -33,6 +34,19 @@ WORKER_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines drown the user's output
     "PYTHONUNBUFFERED": "1",  # so forwarded output keeps pace with training
 }
+# The driver's settings for reaching storage travel to the workers: a worker opens the
+# run's URL itself, and on an existing cluster its process did not inherit the
+# driver's environment (endpoint, credentials, region).
+FORWARDED_PREFIXES = ("FSSPEC_", "AWS_", "GOOGLE_APPLICATION_CREDENTIALS", "RAYTF_")
+
+
+def worker_env(environ=None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    out = dict(WORKER_ENV)
+    out.update({k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES)})
+    return out
+
+
 STANDBY_PING_TIMEOUT_S = 2.0
 
 
@@ -168,7 +182,7 @@ class WorkerPool:
             max_restarts=0,
             max_concurrency=2,
             scheduling_strategy=self.slots.strategy(slot),
-        ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, WORKER_ENV)
+        ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, worker_env())
 
     def remember_gpus(self, infos: list) -> None:
         """The GPUs each active slot's bundle holds, for standbys promoted there later."""
@@ -187,7 +201,7 @@ class WorkerPool:
                 max_restarts=0,
                 max_concurrency=2,
                 scheduling_strategy=self.slots.strategy(slot),
-            ).remote(None, self.world_size, self.scaling.use_gpu, 0, WORKER_ENV)
+            ).remote(None, self.world_size, self.scaling.use_gpu, 0, worker_env())
             self._first_ping[slot] = self.standbys[slot].ping.remote()
 
     # -- elastic growth ---------------------------------------------------------

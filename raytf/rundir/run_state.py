@@ -8,7 +8,6 @@ same run directory continues its attempt count and failure list from here.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -104,5 +103,15 @@ def load_previous(storage: Storage) -> dict[str, Any]:
 
 
 def read_state(run_dir: str) -> dict[str, Any]:
-    with open(os.path.join(run_dir, STATE_FILE)) as f:
-        return json.load(f)
+    """A run's state.json (local path or URL), its checkpoint list cut to the checkpoints
+    still there: one pruned or deleted after the driver wrote the list is not shown."""
+    from raytf.rundir.checkpoints import committed
+
+    storage = Storage(run_dir)
+    if not storage.exists(STATE_FILE):
+        raise FileNotFoundError(storage.url(STATE_FILE))
+    doc = storage.read_json(STATE_FILE)
+    if doc.get("checkpoints"):
+        there = set(committed(storage))
+        doc["checkpoints"] = [s for s in doc["checkpoints"] if s in there]
+    return doc

@@ -4,31 +4,70 @@ One small interface over fsspec so the driver and the workers never care
 which. Commits rely on one property: a file written by ``write_atomic`` is
 seen whole or not at all (rename on a POSIX filesystem, a single PUT on an
 object store).
+
+A URL stays a URL from ``RunConfig.storage_path`` to every process: the
+driver and each worker open it themselves (the endpoint and credentials come
+from the environment, ``FSSPEC_S3_ENDPOINT_URL``, ``AWS_*``, which the
+workers are given). ``check_storage`` proves a storage path usable before
+anything starts: an unknown scheme, a missing filesystem library, an
+unreachable endpoint or bucket and a path that cannot be written are each a
+``ConfigError`` naming the value and the fix, instead of a run that writes
+its checkpoints somewhere nobody will look for them.
+
+Uploads of a checkpoint's files run in parallel (object stores serve one
+PUT per connection; s3fs splits a large file into a multipart upload) and
+each file is retried with backoff, so a storage endpoint that goes away for
+a while costs time, never a checkpoint: nothing is committed until every
+part is stored whole.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import shutil
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
+
+from raytf.errors import ConfigError
+
+logger = logging.getLogger("raytf")
+
+UPLOAD_THREADS = 4
+UPLOAD_RETRIES = 6  # 1 + 2 + 4 + 8 + 16 s of backoff: an endpoint may be away ~30 s
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}  # scheme -> raytf extra
+_S3_PROBE = {"config_kwargs": {"connect_timeout": 5, "retries": {"max_attempts": 1}}}
+PROBE_OPTIONS = {"s3": _S3_PROBE, "s3a": _S3_PROBE}  # the storage check's client: fail fast
 
 
 def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
+def join_run_dir(storage_path: str, name: str) -> str:
+    """``storage_path/name``: a URL keeps its scheme, a local path becomes absolute."""
+    if is_local(storage_path):
+        local = os.path.expanduser(storage_path.removeprefix("file://"))
+        return os.path.join(os.path.abspath(local), name)
+    return posixpath.join(storage_path.rstrip("/"), name)
+
+
 class Storage:
-    def __init__(self, root: str):
+    def __init__(self, root: str, **fs_options: Any):
         if is_local(root):
             root = os.path.abspath(os.path.expanduser(root.removeprefix("file://")))
         self.uri = root
-        self.fs, self.root = fsspec.core.url_to_fs(root)
         self.local = is_local(root)
+        # Other processes write here too (workers their parts, the driver the manifest):
+        # a cached listing would hide their files, so every question asks the store.
+        options = {} if self.local else {"use_listings_cache": False, **fs_options}
+        self.fs, self.root = fsspec.core.url_to_fs(root, **options)
 
     def path(self, *parts: str) -> str:
         """A path inside the storage root, in the filesystem's own notation."""
@@ -60,10 +99,12 @@ class Storage:
 
     def write_atomic(self, data: bytes, *parts: str) -> None:
         target = self.path(*parts)
-        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
         if not self.local:
+            # No makedirs: an object store has no directories, and s3fs's would create
+            # a missing (mistyped) bucket instead of failing.
             self.fs.pipe_file(target, data)  # one PUT: whole or absent
             return
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
         tmp = posixpath.join(posixpath.dirname(target), f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -84,12 +125,92 @@ class Storage:
             return
         self.fs.rm(self.path(*parts), recursive=True)
 
-    def upload_dir(self, local_dir: str, *parts: str) -> None:
-        """Copy a local directory's files under ``parts`` (for remote storage)."""
-        for name in sorted(os.listdir(local_dir)):
-            self.fs.put_file(os.path.join(local_dir, name), self.path(*parts, name))
+    def upload_dir(self, local_dir: str, *parts: str, on_retry=None) -> None:
+        """Copy a local directory's files under ``parts``: in parallel, each retried.
+
+        ``on_retry(name, attempt, error, wait_s)`` hears every failed try (a log line).
+        """
+        names = sorted(os.listdir(local_dir))
+
+        def put(name: str) -> None:
+            src, dst = os.path.join(local_dir, name), self.path(*parts, name)
+            _with_retries(lambda: self.fs.put_file(src, dst), name, on_retry)
+
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
+            list(pool.map(put, names))  # re-raises the first file that never went up
 
     def download_dir(self, local_dir: str, *parts: str) -> None:
         os.makedirs(local_dir, exist_ok=True)
-        for name in self.listdir(*parts):
+        names = self.listdir(*parts)
+
+        def get(name: str) -> None:
             self.fs.get_file(self.path(*parts, name), os.path.join(local_dir, name))
+
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
+            list(pool.map(get, names))
+
+
+def _with_retries(call, what: str, on_retry=None, retries: int = UPLOAD_RETRIES) -> None:
+    wait = 1.0
+    for attempt in range(1, retries + 1):
+        try:
+            call()
+            return
+        except Exception as exc:  # noqa: BLE001 - any storage error: try again, then give up
+            if attempt == retries:
+                raise
+            logger.warning("upload of %s failed (%s), retry %d in %.0f s", what, exc, attempt, wait)
+            if on_retry is not None:
+                on_retry(what, attempt, exc, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, 16.0)
+
+
+def check_storage(storage_path: str, run_dir: str) -> Storage:
+    """A Storage for ``run_dir`` proved writable and readable, or a ConfigError saying why."""
+    where = f"RunConfig.storage_path = {storage_path!r}"
+    if not is_local(storage_path):
+        scheme = storage_path.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(scheme)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: no filesystem is known for {scheme}:// (a typo?); use a local or "
+                "shared path, s3://, gs:// or another fsspec protocol"
+            ) from None
+        except ImportError as exc:
+            extra = EXTRAS.get(scheme)
+            fix = f"pip install 'raytf[{extra}]'" if extra else "install its fsspec library"
+            raise ConfigError(
+                f"{where}: {scheme}:// needs a library that is missing ({exc}); "
+                f"{fix} on the driver and every node"
+            ) from None
+    scheme = "file" if is_local(storage_path) else storage_path.split("://", 1)[0]
+    try:
+        # Answer in seconds: a store's client retries an unreachable endpoint for ~30 s.
+        storage = Storage(run_dir, **PROBE_OPTIONS.get(scheme, {}))
+        if not storage.local:
+            bucket = storage.root.split("/", 1)[0]
+            try:
+                storage.fs.info(bucket)  # raises the store's own reason (endpoint, auth)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"bucket {bucket!r} does not exist") from None
+        probe = f".raytf-probe-{uuid.uuid4().hex}"
+        storage.write_atomic(b"raytf", probe)
+        if not storage.exists(probe) or storage.size(probe) != 5:
+            raise OSError("a probe file written there cannot be read back")
+        storage.remove(probe)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every reason means the same: unusable
+        hint = (
+            "check the endpoint (FSSPEC_S3_ENDPOINT_URL for S3-compatible stores), the "
+            "bucket's existence and the credentials"
+            if not is_local(storage_path)
+            else "give a directory this user can write (on every node: a shared mount)"
+        )
+        raise ConfigError(
+            f"{where}: cannot write the run directory {run_dir} "
+            f"({type(exc).__name__}: {exc}); {hint}"
+        ) from None
+    return storage

@@ -69,3 +69,25 @@ def reference(cluster_env, tmp_path_factory):
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 1 and summary["digests_agree"]
     return summary
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """moto's S3 server on loopback for the session, its environment set for this process
+    (the in-process drivers) and handed to job subprocesses; stopped by pid at the end."""
+    import os
+
+    from .s3_server import S3Server
+
+    server = S3Server(str(tmp_path_factory.mktemp("moto"))).start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

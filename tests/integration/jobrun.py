@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from raytf.rundir.storage import Storage, join_run_dir
 from raytf.tools.local.cluster import LocalCluster, LocalNode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,13 +39,20 @@ def node_of(cluster: LocalCluster, state: dict, rank: int) -> LocalNode:
 
 class JobRun:
     def __init__(
-        self, storage: str, name: str, *args: str, env: dict | None = None, job: str = JOB
+        self,
+        storage: str,
+        name: str,
+        *args: str,
+        env: dict | None = None,
+        job: str = JOB,
+        logs: str | None = None,
     ):
-        self.run_dir = os.path.join(storage, name)
+        """``storage`` may be a URL (s3://...); the job's output then goes to ``logs``."""
+        self.run_dir = join_run_dir(storage, name)
         self.cmd = [sys.executable, job, "--storage", storage, "--name", name, *args]
         self.env = dict(os.environ, **(env or {}))
-        self.out_path = os.path.join(storage, f"{name}.out")
-        self.err_path = os.path.join(storage, f"{name}.err")
+        self.out_path = os.path.join(logs or storage, f"{name}.out")
+        self.err_path = os.path.join(logs or storage, f"{name}.err")
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> JobRun:
@@ -67,8 +75,7 @@ class JobRun:
         while time.monotonic() < deadline:
             assert self.proc is not None and self.proc.poll() is None, self.output()[-3000:]
             try:
-                with open(os.path.join(self.run_dir, "state.json")) as f:
-                    st = json.load(f)
+                st = Storage(self.run_dir).read_json("state.json")
             except (OSError, ValueError):
                 st = {}
             if st.get("attempt", 0) >= attempt and (st.get("last_step") or 0) >= step:

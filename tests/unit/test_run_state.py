@@ -10,6 +10,7 @@ from raytf.config import ScalingConfig
 from raytf.errors import WorkerDiedError
 from raytf.messages import WorkerInfo
 from raytf.rundir import run_state
+from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST, step_dirname
 from raytf.rundir.run_state import STATE_FILE, RunState, load_previous, read_state
 from raytf.rundir.storage import Storage
 
@@ -50,6 +51,7 @@ def test_save_and_read_state_round_trip(tmp_path, storage, clock):
     state.set_workers(infos(), "running")
     state.last_step = 12
     state.checkpoints = [5, 10]
+    storage.write_json_atomic({"step": 10, "files": {}}, CKPT_DIR, step_dirname(10), MANIFEST)
     state.add_failure(1, "worker_died", WorkerDiedError(1, "node lost"), at=900.0)
     clock.t = 1234.5
     state.save(storage)
@@ -57,11 +59,12 @@ def test_save_and_read_state_round_trip(tmp_path, storage, clock):
     assert doc["updated"] == 1234.5 and state.updated == 1234.5
     assert doc["driver_pid"] == os.getpid()
     assert doc["state"] == "SCHEDULING" and doc["attempt"] == 0
-    assert doc["last_step"] == 12 and doc["checkpoints"] == [5, 10]
+    # Only checkpoints still there are listed: 5 was pruned after the list was written.
+    assert doc["last_step"] == 12 and doc["checkpoints"] == [10]
     assert [w["node_id"] for w in doc["workers"]] == ["node-a", "node-b"]
     assert doc["failures"][0]["cause"] == "WorkerDiedError: rank 1 died: node lost"
     assert doc["world_size"] is None and doc["preemption_log"] == [] and doc["resizes"] == []
-    assert load_previous(storage) == doc
+    assert load_previous(storage) == {**doc, "checkpoints": [5, 10]}  # the file as written
 
 
 def test_continuing_carries_the_runs_history_and_nothing_else(tmp_path, storage):
