@@ -46,6 +46,16 @@ _S3_PROBE = {"config_kwargs": {"connect_timeout": 5, "retries": {"max_attempts":
 PROBE_OPTIONS = {"s3": _S3_PROBE, "s3a": _S3_PROBE}  # the storage check's client: fail fast
 
 
+def refresh_fsspec_env() -> None:
+    """Read the ``FSSPEC_<PROTOCOL>_<KWARG>`` variables (the endpoint) again.
+
+    fsspec reads them once, when it is imported; a worker is handed the driver's
+    after that (and a test sets them late), so each process that opens storage with
+    a changed environment reads them once more.
+    """
+    fsspec.config.set_conf_env(fsspec.config.conf)
+
+
 def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
@@ -169,6 +179,7 @@ def _with_retries(call, what: str, on_retry=None, retries: int = UPLOAD_RETRIES)
 def check_storage(storage_path: str, run_dir: str) -> Storage:
     """A Storage for ``run_dir`` proved writable and readable, or a ConfigError saying why."""
     where = f"RunConfig.storage_path = {storage_path!r}"
+    refresh_fsspec_env()
     if not is_local(storage_path):
         scheme = storage_path.split("://", 1)[0]
         try:

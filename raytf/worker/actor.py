@@ -34,7 +34,7 @@ from raytf.messages import (
     WorkerInfo,
     WorkerPoll,
 )
-from raytf.rundir.storage import Storage
+from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
@@ -60,6 +60,7 @@ class RaytfWorker:
         self.world_size = world_size
         for key, value in env.items():
             os.environ.setdefault(key, value)
+        refresh_fsspec_env()  # the storage endpoint may have come with env
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
         self._gpu_ids: tuple[str, ...] = ()

@@ -77,11 +77,14 @@ def s3(tmp_path_factory):
     (the in-process drivers) and handed to job subprocesses; stopped by pid at the end."""
     import os
 
+    from raytf.rundir.storage import refresh_fsspec_env
+
     from .s3_server import S3Server
 
     server = S3Server(str(tmp_path_factory.mktemp("moto"))).start()
     saved = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
+    refresh_fsspec_env()
     try:
         yield server
     finally:
@@ -91,3 +94,4 @@ def s3(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        refresh_fsspec_env()
