@@ -183,19 +183,24 @@ class LocalCluster:
             raise
         return self.address
 
-    def add_node(self, cpus: int | None = None, gpus: int | None = None) -> LocalNode:
+    def add_node(
+        self, cpus: int | None = None, gpus: int | None = None, wrap: list[str] | None = None
+    ) -> LocalNode:
+        """One more node; ``wrap`` is a command its ``ray start`` runs under (a test gives
+        a node its own mount namespace with it, so the node sees other files)."""
         return self._start_node(
             head=False,
             cpus=self.cpus_per_node if cpus is None else cpus,
             gpus=self.gpus_per_node if gpus is None else gpus,
+            wrap=wrap,
         )
 
-    def _start_node(self, *, head: bool, cpus: int, gpus: int) -> LocalNode:
+    def _start_node(self, *, head: bool, cpus: int, gpus: int, wrap=None) -> LocalNode:
         """Start one node; a joining node whose ``ray start`` timed out registering with
         a busy GCS (Ray's "timed out during startup") is started once more, on new ports."""
         for attempt in (1, 2):
             try:
-                return self._start_node_once(head=head, cpus=cpus, gpus=gpus)
+                return self._start_node_once(head=head, cpus=cpus, gpus=gpus, wrap=wrap)
             except _RegistrationTimeout:
                 node = self.nodes.pop()
                 node.signal(signal.SIGKILL)  # whatever of it still runs
@@ -204,7 +209,7 @@ class LocalCluster:
                     raise
         raise AssertionError("unreachable")
 
-    def _start_node_once(self, *, head: bool, cpus: int, gpus: int) -> LocalNode:
+    def _start_node_once(self, *, head: bool, cpus: int, gpus: int, wrap=None) -> LocalNode:
         index = len(self.nodes)
         ip = f"127.0.0.{2 + index}"
         ports = {
@@ -218,6 +223,7 @@ class LocalCluster:
         # Worker ports below Linux's ephemeral range (32768+), where _free_port's picks land.
         lo = WORKER_PORT_BASE + WORKER_PORTS_PER_NODE * index
         cmd = [
+            *(wrap or []),
             _ray_executable(),
             "start",
             "--block",
