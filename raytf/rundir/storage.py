@@ -131,7 +131,11 @@ class Storage:
         if self.local:
             # fsspec's local rm calls os.getcwd(), which raises once the driver's working
             # directory is gone (a `ray job submit` working_dir that Ray cleaned up).
-            shutil.rmtree(self.path(*parts), ignore_errors=True)
+            path = self.path(*parts)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
             return
         self.fs.rm(self.path(*parts), recursive=True)
 
