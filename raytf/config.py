@@ -168,16 +168,18 @@ class CheckpointConfig:
     by the driver, which then asks the group to save at the next step boundary.
     Both may be set. ``num_to_keep`` counts committed checkpoints only.
 
-    Saves are synchronous and traced (``checkpoint_writer``): on the example
-    model each save after an attempt's first costs the loop about 20 ms (3.6 %
-    of the time at one save per 50 steps of 11 ms; docs/benchmarks.md); the
-    first one traces the save, 150-280 ms. TF's async checkpointing fails on
-    Keras 3 variables (it re-creates variables inside a tf.function).
+    ``async_save`` (the default) takes a snapshot of the state in host memory
+    at the agreed step and lets training go on while the files are written
+    and uploaded (``raytf.worker.snapshot``); at most one save is being stored
+    at a time, and a checkpoint is committed only once every rank's part is
+    stored. ``async_save=False`` writes (and uploads) before the loop goes on,
+    through a traced save (``raytf.worker.traced_save``).
     """
 
     num_to_keep: int | None = None
     checkpoint_every_steps: int | None = None
     checkpoint_every_s: float | None = None
+    async_save: bool = True
 
     def __post_init__(self) -> None:
         _positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
@@ -185,6 +187,8 @@ class CheckpointConfig:
             "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
         )
         _positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
+        if not isinstance(self.async_save, bool):
+            raise ConfigError(f"CheckpointConfig.async_save = {self.async_save!r}: must be a bool")
 
 
 @dataclass(frozen=True)

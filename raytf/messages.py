@@ -69,8 +69,9 @@ class CheckpointPart:
     rank: int
     step: int
     files: dict[str, int]  # name -> size in bytes, relative to the step directory
-    seconds: float
+    seconds: float  # how long the training loop stood still for it
     reason: str = "interval"  # interval | time | termination | resize | session
+    persist_seconds: float = 0.0  # from the save's start until it was stored
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class CheckpointCoordinator:
         return {
             "dir": CKPT_DIR,
             "every_steps": self.config.checkpoint_every_steps,
+            "async_save": self.config.async_save,
             "restore_url": self.latest.path if self.latest else None,
         }
 

@@ -106,6 +106,7 @@ def commit(
         "reason": parts[0].reason,
         "committed_at": time.time(),
         "save_seconds": max(p.seconds for p in parts),
+        "persist_seconds": max(p.persist_seconds for p in parts),
     }
     d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)

@@ -173,6 +173,7 @@ class RaytfWorker:
             every_steps=ckpt.get("every_steps"),
             restore_url=ckpt.get("restore_url"),
             on_part=self._buffer.put,
+            async_save=bool(ckpt.get("async_save")),
         )
         self._start_watchers(self._checkpointer)
         context = TrainContext(
@@ -192,7 +193,10 @@ class RaytfWorker:
 
     def _guarded(self, fn, config):
         try:
-            return FINISHED, call_user(fn, config=config)
+            result = call_user(fn, config=config)
+            if self._checkpointer is not None:
+                self._checkpointer.flush()  # the last save is stored before the run ends
+            return FINISHED, result
         except CheckpointRestoreError as exc:
             return FAILED, exc  # the driver falls back to an older checkpoint
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means

@@ -37,6 +37,7 @@ from raytf.errors import CheckpointRestoreError
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage
+from raytf.worker import snapshot
 from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
@@ -99,6 +100,7 @@ class WorkerCheckpointer:
         every_steps: int | None,
         restore_url: str | None,
         on_part: Callable[[CheckpointPart], None],
+        async_save: bool = False,
     ):
         self.storage = storage
         self.ckpt_dir = ckpt_dir
@@ -108,6 +110,8 @@ class WorkerCheckpointer:
         self.every_steps = every_steps
         self.restore_url = restore_url
         self.on_part = on_part
+        self.async_save = async_save
+        self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
         self._step_var = None
         self._writer: CheckpointWriter | None = None
@@ -248,30 +252,103 @@ class WorkerCheckpointer:
         self._save(step, reason)
 
     def _save(self, step: int, reason: str) -> None:
-        """Write this rank's part of the checkpoint at ``step`` and report it."""
+        """Take this rank's part of the checkpoint at ``step``; report it once stored.
+
+        Synchronous: written (and uploaded) before the loop goes on. Asynchronous:
+        a snapshot in host memory, then written and uploaded on a thread of its own;
+        at most one persist is in flight (the next save waits for it, and says so).
+        A session's save is stored before it returns: its caller asks for it next.
+        """
         t0 = time.monotonic()
         self._step_var.assign(step)
+        state = self._state_bytes()
+        if not self.async_save:
+            if self.rank == 0:
+                write = self._writer.write
+            else:
+                # TF's multi-worker pattern: every rank writes (saving may run
+                # collectives); only the chief's files are kept.
+                scratch = tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
+                self._writer.write(os.path.join(scratch, TF_PREFIX))
+                shutil.rmtree(scratch, ignore_errors=True)
+                write = None
+            self._persist(step, reason, write, state, t0, None)
+            return
+        waited = self.flush()
+        if waited > 0.05:
+            logger.warning(
+                "rank %d: checkpoint at step %d waited %.2f s for the previous one to be "
+                "stored (saves come faster than storage takes them)",
+                self.rank,
+                step,
+                waited,
+            )
+        snap = snapshot.take(self.ckpt)
+        stall = time.monotonic() - t0
+        write = (lambda prefix: snapshot.write(snap, prefix)) if self.rank == 0 else None
+        self._inflight = threading.Thread(
+            target=self._persist,
+            args=(step, reason, write, state, t0, stall),
+            daemon=True,
+            name="raytf-persist",
+        )
+        self._inflight.start()
+        if reason == "session":
+            self.flush()
+
+    def flush(self) -> float:
+        """Wait until the save in flight (if any) is stored; the seconds waited."""
+        t0 = time.monotonic()
+        if self._inflight is not None:
+            self._inflight.join()
+            self._inflight = None
+        return time.monotonic() - t0
+
+    def _state_bytes(self) -> bytes:
+        doc = _rng_state()
+        doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
+        return json.dumps(doc).encode()
+
+    def _persist(self, step, reason, write, state: bytes, t0: float, stall) -> None:
+        """Write the TF files (chief) and this rank's state, upload, report the part.
+
+        A part that could not be stored is never reported, so never committed: the
+        previous committed checkpoint stays the latest.
+        """
         dirname = step_dirname(step)
         real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
         staging = real or tempfile.mkdtemp(prefix="raytf-save-")
-        scratch = staging if self.rank == 0 else tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
-        os.makedirs(staging, exist_ok=True)
-        self._writer.write(os.path.join(scratch, TF_PREFIX))
-        files = {}
-        if self.rank == 0:
-            files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-        state_name = f"state_rank{self.rank}.json"
-        doc = _rng_state()
-        doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
-        rng = json.dumps(doc).encode()
-        with open(os.path.join(staging, state_name), "wb") as f:
-            f.write(rng)
-        files[state_name] = len(rng)
-        if not self.storage.local:
-            self.storage.upload_dir(staging, self.ckpt_dir, dirname)
-            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            os.makedirs(staging, exist_ok=True)
+            files = {}
+            if write is not None:
+                write(os.path.join(staging, TF_PREFIX))
+                files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
+            state_name = f"state_rank{self.rank}.json"
+            with open(os.path.join(staging, state_name), "wb") as f:
+                f.write(state)
+            files[state_name] = len(state)
+            if not self.storage.local:
+                self.storage.upload_dir(staging, self.ckpt_dir, dirname)
+        except Exception:  # noqa: BLE001 - the checkpoint is lost, training is not
+            logger.exception("rank %d: checkpoint at step %d could not be stored", self.rank, step)
+            print(
+                f"[raytf] rank {self.rank}: checkpoint at step {step} could not be stored; "
+                "the previous committed checkpoint stays the latest",
+                flush=True,
+            )
+            return
+        finally:
+            if real is None:
+                shutil.rmtree(staging, ignore_errors=True)
         took = time.monotonic() - t0
-        self.on_part(CheckpointPart(self.rank, step, files, took, reason))
-        logger.info("rank %d saved step %d (%s) in %.3f s", self.rank, step, reason, took)
+        stall = took if stall is None else stall
+        self.on_part(CheckpointPart(self.rank, step, files, stall, reason, persist_seconds=took))
+        logger.info(
+            "rank %d saved step %d (%s): loop stalled %.3f s, stored in %.3f s",
+            self.rank,
+            step,
+            reason,
+            stall,
+            took,
+        )
