@@ -132,3 +132,48 @@ def test_endpoint_stopped_mid_run_costs_time_not_checkpoints(s3, reference, clus
     assert_same_result(summary, reference)
     assert summary["attempts"] == 1
     assert committed_steps(Storage(f"{url}/pause")) == list(range(20, 161, 20))
+
+
+@pytest.mark.slow
+def test_sigkill_during_an_async_persist_keeps_the_previous_checkpoint(
+    s3, reference, cluster_env, tmp_path
+):
+    """The chief SIGKILLed while its asynchronous save is being uploaded (the endpoint is
+    stopped, so the upload hangs): that save is never committed, the restart resumes
+    from the checkpoint before it, and the run ends with an uninterrupted run's weights."""
+    bucket = s3.make_bucket("raytf-persist")
+    url = f"s3://{bucket}/runs"
+    env = {**cluster_env, **s3.env}
+    args = [*FAULT_ARGS, "--max-failures", "2", "--keep", "20"]
+    run = JobRun(url, "persist", *args, env=env, logs=str(tmp_path)).start()
+    storage = Storage(f"{url}/persist")
+    try:
+        state = run.wait_for(step=45)
+        deadline = time.monotonic() + 60
+        while 40 not in committed_steps(storage):
+            assert time.monotonic() < deadline, "step 40 never committed"
+            time.sleep(0.2)
+        before = committed_steps(storage)
+        chief = next(w["pid"] for w in state["workers"] if w["rank"] == 0)
+        s3.pause()
+        try:
+            time.sleep(3)  # training goes on past step 60: its save hangs in the upload
+            os.kill(chief, signal.SIGKILL)
+            time.sleep(0.5)
+        finally:
+            s3.resume()
+        rc, summary = run.finish()
+    finally:
+        s3.resume()
+        run.stop()
+    assert rc == 0, run.output()[-3000:]
+    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    assert_same_result(summary, reference)
+    resumed = max(before)  # nothing after the last commit seen before the pause
+    assert f"resuming after step {resumed}" in run.output()
+    steps = committed_steps(storage)
+    later = [s for s in steps if s > resumed]
+    assert later and all(
+        storage.read_json("checkpoints", f"step_{s:09d}", "manifest.json")["attempt"] == 2
+        for s in later
+    )
