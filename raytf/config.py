@@ -207,7 +207,10 @@ class FailureConfig:
     milliseconds, and one that answers nothing for that long is hung.
     ``standby_workers`` keeps a spare process
     per worker with TensorFlow already imported, so a restart skips the
-    5-7 s import.
+    5-7 s import. ``emergency_checkpoint``: when a worker dies, the others'
+    state at the last step every rank completed is committed before the
+    restart, so no completed step is redone (``raytf.worker.emergency`` says
+    where it cannot apply).
     """
 
     max_failures: int = 0
@@ -215,6 +218,7 @@ class FailureConfig:
     hang_timeout_s: float = 120.0
     unresponsive_timeout_s: float = 5.0
     standby_workers: bool = True
+    emergency_checkpoint: bool = True
 
     def __post_init__(self) -> None:
         m = self.max_failures
@@ -222,7 +226,7 @@ class FailureConfig:
             raise ConfigError(
                 f"FailureConfig.max_failures = {m!r}: must be an integer >= 0, or -1 for no limit"
             )
-        for fname in ("retry_user_errors", "standby_workers"):
+        for fname in ("retry_user_errors", "standby_workers", "emergency_checkpoint"):
             if not isinstance(getattr(self, fname), bool):
                 raise ConfigError(
                     f"FailureConfig.{fname} = {getattr(self, fname)!r}: must be a bool"

@@ -72,6 +72,7 @@ class CheckpointPart:
     seconds: float  # how long the training loop stood still for it
     reason: str = "interval"  # interval | time | termination | resize | session
     persist_seconds: float = 0.0  # from the save's start until it was stored
+    digest: str | None = None  # an emergency part: SHA-256 of the state it holds
 
 
 @dataclass(frozen=True)

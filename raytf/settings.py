@@ -28,6 +28,8 @@ class Settings:
     max_port_retries: int = _env("RAYTF_MAX_PORT_RETRIES", int, 3)
     # After a broken collective, how long to wait for the poll naming its cause.
     collateral_grace_s: float = _env("RAYTF_COLLATERAL_GRACE_S", float, 1.0)
+    # How long the survivors of a dead worker may take to store an emergency checkpoint.
+    emergency_timeout_s: float = _env("RAYTF_EMERGENCY_TIMEOUT_S", float, 20.0)
     # How often the driver asks Ray for draining nodes, and looks for room to grow.
     drain_check_interval_s: float = _env("RAYTF_DRAIN_CHECK_INTERVAL_S", float, 1.0)
     grow_check_interval_s: float = _env("RAYTF_GROW_CHECK_INTERVAL_S", float, 2.0)

@@ -41,9 +41,11 @@ class CheckpointCoordinator:
         self._last_save = time.monotonic()
         self._requested_at: float | None = None
 
-    def worker_args(self) -> dict:
-        """What each worker's checkpointer needs: where, how often, what to restore."""
+    def worker_args(self, keep_last_step: bool = False) -> dict:
+        """What each worker's checkpointer needs: where, how often, what to restore, and
+        whether to keep each step's state for an emergency checkpoint."""
         return {
+            "keep_last_step": keep_last_step,
             "dir": CKPT_DIR,
             "every_steps": self.config.checkpoint_every_steps,
             "async_save": self.config.async_save,
@@ -72,17 +74,42 @@ class CheckpointCoordinator:
                 ckpt = commit(
                     self.storage, list(ranks.values()), world_size=self.world_size, attempt=attempt
                 )
-                self.latest = ckpt
-                self.kept.append(step)
-                self.save_seconds.append(ckpt.manifest["save_seconds"])
-                self._last_save = time.monotonic()
-                self._requested_at = None
-                removed = prune(self.storage, self.config.num_to_keep)
-                self.kept = [s for s in self.kept if s not in removed]
-                if removed:
-                    logger.debug("pruned checkpoints %s", removed)
+                self._committed(ckpt)
                 done.append(ckpt)
         return done
+
+    def _committed(self, ckpt: CommittedCheckpoint) -> None:
+        self.latest = ckpt
+        self.kept.append(ckpt.step)
+        self.save_seconds.append(ckpt.manifest["save_seconds"])
+        self._last_save = time.monotonic()
+        self._requested_at = None
+        removed = prune(self.storage, self.config.num_to_keep)
+        self.kept = [s for s in self.kept if s not in removed]
+        if removed:
+            logger.debug("pruned checkpoints %s", removed)
+
+    def commit_emergency(
+        self, answers: dict[int, object], dead: set[int], *, attempt: int
+    ) -> tuple[CommittedCheckpoint | None, str]:
+        """Commit the survivors' emergency parts if they agree and bring something new;
+        else (None, why). Decides from what the survivors answered, nothing else."""
+        refused = {r: a for r, a in answers.items() if not isinstance(a, CheckpointPart)}
+        if refused:
+            return None, "; ".join(f"rank {r}: {why}" for r, why in sorted(refused.items()))
+        parts = list(answers.values())
+        steps = {p.step for p in parts}
+        if len(steps) != 1 or len({p.digest for p in parts}) != 1:
+            seen = ", ".join(f"rank {p.rank} step {p.step}" for p in parts)
+            return None, f"the survivors disagree ({seen})"
+        step = steps.pop()
+        if self.latest is not None and step <= self.latest.step:
+            return None, f"step {step} is not newer than the committed step {self.latest.step}"
+        ckpt = commit(
+            self.storage, parts, world_size=self.world_size, attempt=attempt, missing=tuple(dead)
+        )
+        self._committed(ckpt)
+        return ckpt, f"ranks {sorted(answers)} at step {step}"
 
     def time_due(self, now: float) -> bool:
         """True once per ``checkpoint_every_s``; the caller asks the group to save."""

@@ -32,13 +32,12 @@ from typing import Any
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
 from raytf.driver.checkpoint_commits import CheckpointCoordinator
+from raytf.driver.failure_actions import emergency_checkpoint, root_cause
 from raytf.driver.failure_policy import (
     Decision,
     Failure,
-    FailureKind,
     FailurePolicy,
     classify,
-    pick_root_cause,
 )
 from raytf.driver.listeners import Listeners
 from raytf.driver.outcome import build_result
@@ -108,6 +107,7 @@ class Controller:
         self.pool: Pool | None = None
         fc = run_config.failure_config
         self.use_standbys = fc.standby_workers and fc.max_failures != 0
+        self.use_emergency = fc.emergency_checkpoint and fc.max_failures != 0
         self._standbys_asked = False
         self.port_retries = 0
         self.outputs = Outputs()
@@ -209,7 +209,8 @@ class Controller:
         self.status.set_workers(self.group.infos, "running")
         try:
             shards = self.data.start_attempt(self.world_size, self.progress.message)
-            self.group.run(self.fn_ref, self.config, self.run_dir, self.ckpts.worker_args(), shards)
+            ckpt_args = self.ckpts.worker_args(self.use_emergency)
+            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args, shards)
         except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)
         except WorkerSetupError as exc:
@@ -242,7 +243,9 @@ class Controller:
         if self.data.error is not None:
             return self._fail(self.data.error)  # the same data splits the same way again
         if errors:
-            return self._on_failure(self._root_cause(errors))
+            root = root_cause(self.group, errors, self.settings.collateral_grace_s)
+            self._emergency_checkpoint(root, errors)
+            return self._on_failure(root)
         if restart is not None:
             return Next(State.RESTARTING, restart)
         if self.outputs.all_finished(self.world_size):
@@ -356,16 +359,15 @@ class Controller:
         return decision.restart
 
     # -- failure ----------------------------------------------------------------
-    def _root_cause(self, errors: list[BaseException]) -> BaseException:
-        root = pick_root_cause(errors)
-        if classify(root) is FailureKind.COLLECTIVE:
-            # A peer's broken collective is a symptom; its cause (a dead worker) is
-            # usually a poll away. Look once more so the failure names the cause.
-            more = [p for p in self.group.poll(self.settings.collateral_grace_s) if p is not None]
-            errors += [p for p in more if isinstance(p, WorkerDiedError)]
-            errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
-            root = pick_root_cause(errors)
-        return root
+    def _emergency_checkpoint(self, root: BaseException, errors: list[BaseException]) -> None:
+        """A worker died: commit the survivors' state at their last completed step."""
+        if self.use_emergency:
+            line = emergency_checkpoint(
+                self.group, self.ckpts, root, errors, self.world_size, self.attempt, self.settings
+            )
+            if line:
+                self.status.checkpoints = self.ckpts.kept[-20:]
+                self.progress.message(line)
 
     def _on_failure(self, cause: BaseException) -> Next:
         failure = Failure(classify(cause), cause, self.attempt)

@@ -181,6 +181,19 @@ class WorkerGroup:
         if self.actors:
             self.actors[0].request_checkpoint.remote(reason)
 
+    def emergency_checkpoint(self, ranks: list[int], timeout_s: float) -> dict[int, object]:
+        """Each surviving rank's emergency part (a CheckpointPart) or why it has none."""
+        writer = min(ranks)  # one survivor writes the TF files: every copy is the same
+        refs = {r: self.actors[r].emergency_checkpoint.remote(r == writer) for r in ranks}
+        ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        out: dict[int, object] = {}
+        for rank, ref in refs.items():
+            try:
+                out[rank] = ray.get(ref, timeout=0)
+            except Exception as exc:  # noqa: BLE001 - gone or too slow: no part from it
+                out[rank] = f"no answer in {timeout_s:g} s ({type(exc).__name__})"
+        return out
+
     def send_command(self, command: Command) -> None:
         """One command of an interactive session, to every rank in the same order."""
         for actor in self.actors:

@@ -88,11 +88,17 @@ def latest_intact(storage: Storage, skip: set[int] = frozenset()) -> CommittedCh
 
 
 def commit(
-    storage: Storage, parts: list[CheckpointPart], *, world_size: int, attempt: int
+    storage: Storage,
+    parts: list[CheckpointPart],
+    *,
+    world_size: int,
+    attempt: int,
+    missing: tuple[int, ...] = (),
 ) -> CommittedCheckpoint:
-    """Write the manifest: from now on this checkpoint exists."""
+    """Write the manifest: from now on this checkpoint exists. ``missing``: ranks whose
+    part is not in it (dead before an emergency checkpoint)."""
     steps = {p.step for p in parts}
-    if len(steps) != 1 or len({p.rank for p in parts}) != world_size:
+    if len(steps) != 1 or len({p.rank for p in parts}) + len(missing) != world_size:
         raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
     step = steps.pop()
     files: dict[str, int] = {}
@@ -107,6 +113,7 @@ def commit(
         "committed_at": time.time(),
         "save_seconds": max(p.seconds for p in parts),
         "persist_seconds": max(p.persist_seconds for p in parts),
+        "missing_ranks": list(missing),
     }
     d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)

@@ -38,6 +38,7 @@ from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
+from raytf.worker.emergency import emergency_part
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.user_fn import call_user
 
@@ -174,6 +175,7 @@ class RaytfWorker:
             restore_url=ckpt.get("restore_url"),
             on_part=self._buffer.put,
             async_save=bool(ckpt.get("async_save")),
+            keep_last_step=bool(ckpt.get("keep_last_step")),
         )
         self._start_watchers(self._checkpointer)
         context = TrainContext(
@@ -209,6 +211,14 @@ class RaytfWorker:
         """Chief only: have the group save at the next step boundary."""
         if self._checkpointer is not None:
             self._checkpointer.request(reason)
+
+    def emergency_checkpoint(self, write_tf: bool) -> CheckpointPart | str:
+        """A peer died: this rank's state at its last completed step, or why not
+        (``raytf.worker.emergency``). Runs beside the TF thread, which is blocked."""
+        try:
+            return emergency_part(self._checkpointer, write_tf)
+        except Exception as exc:  # noqa: BLE001 - the driver falls back to the last commit
+            return f"{type(exc).__name__}: {exc}"
 
     def command(self, command: Command) -> None:
         """Queue one command of an interactive session for the user's loop."""

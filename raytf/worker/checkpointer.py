@@ -38,6 +38,7 @@ from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage
 from raytf.worker import snapshot
+from raytf.worker.emergency import LastStep, state_file_for
 from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
@@ -101,6 +102,7 @@ class WorkerCheckpointer:
         restore_url: str | None,
         on_part: Callable[[CheckpointPart], None],
         async_save: bool = False,
+        keep_last_step: bool = False,
     ):
         self.storage = storage
         self.ckpt_dir = ckpt_dir
@@ -111,6 +113,7 @@ class WorkerCheckpointer:
         self.restore_url = restore_url
         self.on_part = on_part
         self.async_save = async_save
+        self.last_step = LastStep() if keep_last_step else None  # for an emergency checkpoint
         self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
         self._step_var = None
@@ -152,16 +155,14 @@ class WorkerCheckpointer:
         local_dir, scratch = self._local_copy(self.restore_url)
         try:
             self.ckpt.read(os.path.join(local_dir, TF_PREFIX)).assert_existing_objects_matched()
-            state_file = os.path.join(local_dir, f"state_rank{self.rank}.json")
-            if os.path.exists(state_file):
-                with open(state_file) as f:
-                    doc = json.load(f)
+            name = state_file_for(self.rank, os.listdir(local_dir))
+            with open(os.path.join(local_dir, name)) as f:
+                doc = json.load(f)
+            if name == f"state_rank{self.rank}.json":
                 _set_rng_state(doc)
-            else:
-                # A rank new since a resize: its RNG starts fresh; state the group
-                # agrees on (all-reduced metric accumulators) is the chief's.
-                with open(os.path.join(local_dir, "state_rank0.json")) as f:
-                    doc = json.load(f)
+            # Else a rank new since a resize, or one that died before an emergency
+            # checkpoint: its RNG starts fresh; the state the group agrees on
+            # (all-reduced metric accumulators) is another rank's.
             for name, value in doc.get("extra", {}).items():
                 if name in self._extra:
                     self._extra[name][1](value)
@@ -202,6 +203,8 @@ class WorkerCheckpointer:
             self._save(step, reason)
         if pending and reason is None:
             self._agree_on_next_step(step, pending)
+        if self.last_step is not None:
+            self.last_step.keep(self, step)
 
     def request(self, reason: str) -> None:
         """Chief only: save at the next step boundary (called from the actor's poll thread)."""

@@ -155,3 +155,28 @@ def test_max_failures_exhausted_lists_every_cause(cluster_env, storage):
     assert "TrainingFailedError" in out and "failures (2)" in out
     assert "attempt 1: worker_died: rank 1 died" in out
     assert "attempt 2: worker_died: rank 0 died" in out
+
+
+def test_emergency_checkpoint_after_a_sigkill_redoes_no_completed_step(
+    reference, cluster_env, storage
+):
+    """SIGKILL rank 1 between interval checkpoints: the survivor's state at its last
+    completed step is committed before the restart, which resumes right after it (not
+    at the last interval checkpoint) and ends with an uninterrupted run's weights."""
+    run = run_job(storage, "emergency", cluster_env, "--max-failures", "1", "--keep", "20")
+    try:
+        before = run.wait_for(step=70)
+        run.signal_worker(1, signal.SIGKILL, before)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    out = run.output()
+    assert rc == 0, out[-3000:]
+    found = re.search(r"emergency checkpoint committed: ranks \[0\] at step (\d+)", out)
+    assert found, out[-3000:]
+    step = int(found.group(1))
+    assert step >= before["last_step"] and step % 20 != 0  # newer than any interval save
+    assert re.search(rf"resuming after step {step}$", out, re.M), out[-3000:]
+    assert_same_result(summary, reference)
+    manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
+    assert manifest["reason"] == "emergency" and manifest["missing_ranks"] == [1]

@@ -100,6 +100,9 @@ class FakeGroup:
     def request_checkpoint(self, reason):
         FakeGroup.requests.append(reason)
 
+    def emergency_checkpoint(self, ranks, timeout_s):
+        return {r: "the fake group holds no state" for r in ranks}
+
     def send_command(self, command):
         FakeGroup.commands.append(command)
 

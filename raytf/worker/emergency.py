@@ -1,0 +1,141 @@
+"""The emergency checkpoint: what a worker that outlived a dead peer still holds.
+
+When one rank's process dies, the others hold the model at the last step every
+rank completed: the dead rank's contribution to the next step's all-reduce
+never came, so the survivors are blocked in that collective with their
+variables untouched since their last ``step_end``. The driver asks each
+survivor for this state before tearing the group down; it commits it only if
+every survivor answers with the same step and the same state digest, and that
+step is newer than the latest committed checkpoint. The restart then redoes no
+completed step.
+
+It runs on the actor's poll thread while the TF thread is blocked, so it must
+never start a collective. Where it does not apply (the driver then restarts
+from the latest committed checkpoint, as before):
+- a hang: a stopped rank may be in the middle of any step;
+- every rank lost (a whole-cluster failure), or no survivor answering;
+- a step interrupted half-applied: the state committed is the one kept at
+  the last ``step_end`` (``LastStep``), never the live variables, and the
+  survivors must agree on its step and digest;
+- state synchronized on read (Keras metrics created under the strategy):
+  reading it is a cross-worker all-reduce, which would wait for the dead peer;
+- a loop that never called ``restore`` (nothing is tracked).
+The dead rank's Python and NumPy RNG state is not in it (its process is gone):
+its new process starts from the chief's extra state and a fresh RNG, as a rank
+new since a resize does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+from raytf.messages import CheckpointPart
+from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
+from raytf.worker import snapshot
+
+
+def _digest(snap: snapshot.Snapshot) -> str:
+    h = hashlib.sha256()
+    for tensors in snap.tensors.values():
+        for key in sorted(tensors):
+            value = tensors[key]
+            for t in value.values() if isinstance(value, dict) else [value]:
+                h.update(key.encode())
+                h.update(np.ascontiguousarray(t.numpy()).tobytes())
+    return h.hexdigest()
+
+
+def _on_read_variables(checkpointer) -> list[str]:
+    import tensorflow as tf
+
+    found = []
+    for obj in tf.train.TrackableView(checkpointer.ckpt).descendants():
+        sync = getattr(obj, "synchronization", None)
+        if sync == tf.VariableSynchronization.ON_READ and hasattr(obj, "values"):
+            found.append(getattr(obj, "name", repr(obj)))
+    return found
+
+
+class LastStep:
+    """The state at the last completed step, kept at every ``step_end``.
+
+    A snapshot (``raytf.worker.snapshot``) holds each variable's buffer; the next
+    step's in-place updates copy it first, so keeping it costs one copy of the
+    state per step: device-memory bandwidth on a GPU, a memcpy on a CPU (the
+    examples' model: microseconds; 300 MB of CPU state: tens of ms a step). Read
+    live after a failure instead, the state is not the step's: a step's ops that
+    do not wait for its all-reduce (a counter, a metric) have already run.
+    """
+
+    def __init__(self):
+        self.latest: tuple[int, snapshot.Snapshot, bytes] | None = None
+        self.refused: str | None = None
+
+    def keep(self, checkpointer, step: int) -> None:
+        if self.refused is not None:
+            return
+        if self.latest is None:
+            on_read = _on_read_variables(checkpointer)
+            if on_read:
+                self.refused = f"state synchronized on read ({on_read[:3]}): reading it all-reduces"
+                return
+        checkpointer._step_var.assign(step)
+        snap = snapshot.take(checkpointer.ckpt)
+        self.latest = (step, snap, checkpointer._state_bytes())  # one assignment: atomic
+
+
+def emergency_part(checkpointer, write_tf: bool) -> CheckpointPart | str:
+    """This rank's part of a checkpoint at its last completed step, or why not.
+
+    ``write_tf``: this rank writes the TF files (the lowest surviving rank: every
+    rank's copy of the state is the same).
+    """
+    keeper = getattr(checkpointer, "last_step", None)
+    if checkpointer is None or checkpointer.ckpt is None or keeper is None:
+        return "nothing tracked: the loop never called restore()"
+    if keeper.refused is not None:
+        return keeper.refused
+    if keeper.latest is None:
+        return "no step completed in this attempt"
+    t0 = time.monotonic()
+    step, snap, state = keeper.latest
+    checkpointer.flush()  # an interval save still being stored goes first
+    digest = _digest(snap)
+    dirname = step_dirname(step)
+    storage = checkpointer.storage
+    real = storage.path(checkpointer.ckpt_dir, dirname) if storage.local else None
+    staging = real or tempfile.mkdtemp(prefix="raytf-emergency-")
+    try:
+        os.makedirs(staging, exist_ok=True)
+        files = {}
+        if write_tf:
+            snapshot.write(snap, os.path.join(staging, TF_PREFIX))
+            files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
+        name = f"state_rank{checkpointer.rank}.json"
+        with open(os.path.join(staging, name), "wb") as f:
+            f.write(state)
+        files[name] = len(state)
+        if not storage.local:
+            storage.upload_dir(staging, checkpointer.ckpt_dir, dirname)
+    finally:
+        if real is None:
+            shutil.rmtree(staging, ignore_errors=True)
+    took = time.monotonic() - t0
+    return CheckpointPart(checkpointer.rank, step, files, 0.0, "emergency", took, digest)
+
+
+def state_file_for(rank: int, names: list[str]) -> str:
+    """Which rank's state file a rank restores: its own, else the lowest rank's there."""
+    own = f"state_rank{rank}.json"
+    if own in names:
+        return own
+    ranks = sorted(
+        int(n[len("state_rank") : -len(".json")]) for n in names if n.startswith("state_rank")
+    )
+    return f"state_rank{ranks[0]}.json"
