@@ -94,12 +94,11 @@ def unshared_nodes(directory: str, bundle: dict[str, float], timeout_s: float = 
 
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    alive = alive_nodes()
     nodes = [
-        n
-        for n in alive_nodes()
-        if all(n["Resources"].get(k, 0.0) >= v for k, v in bundle.items() if v > 0)
+        n for n in alive if all(n["Resources"].get(k, 0.0) >= v for k, v in bundle.items() if v > 0)
     ]
-    if len(alive_nodes()) < 2 or not nodes:
+    if len(alive) < 2 or not nodes:
         return []
     os.makedirs(directory, exist_ok=True)
     token = uuid.uuid4().hex

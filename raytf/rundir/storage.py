@@ -139,16 +139,14 @@ class Storage:
             return
         self.fs.rm(self.path(*parts), recursive=True)
 
-    def upload_dir(self, local_dir: str, *parts: str, on_retry=None) -> None:
-        """Copy a local directory's files under ``parts``: in parallel, each retried.
-
-        ``on_retry(name, attempt, error, wait_s)`` hears every failed try (a log line).
-        """
+    def upload_dir(self, local_dir: str, *parts: str) -> None:
+        """Copy a local directory's files under ``parts``: in parallel, each retried (every
+        failed try is a warning in the worker's output)."""
         names = sorted(os.listdir(local_dir))
 
         def put(name: str) -> None:
             src, dst = os.path.join(local_dir, name), self.path(*parts, name)
-            _with_retries(lambda: self.fs.put_file(src, dst), name, on_retry)
+            _with_retries(lambda: self.fs.put_file(src, dst), name)
 
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
             list(pool.map(put, names))  # re-raises the first file that never went up
@@ -164,7 +162,7 @@ class Storage:
             list(pool.map(get, names))
 
 
-def _with_retries(call, what: str, on_retry=None, retries: int = UPLOAD_RETRIES) -> None:
+def _with_retries(call, what: str, retries: int = UPLOAD_RETRIES) -> None:
     wait = 1.0
     for attempt in range(1, retries + 1):
         try:
@@ -174,8 +172,6 @@ def _with_retries(call, what: str, on_retry=None, retries: int = UPLOAD_RETRIES)
             if attempt == retries:
                 raise
             logger.warning("upload of %s failed (%s), retry %d in %.0f s", what, exc, attempt, wait)
-            if on_retry is not None:
-                on_retry(what, attempt, exc, wait)
             time.sleep(wait)
             wait = min(wait * 2, 16.0)
 
@@ -215,8 +211,6 @@ def check_storage(storage_path: str, run_dir: str) -> Storage:
         if not storage.exists(probe) or storage.size(probe) != 5:
             raise OSError("a probe file written there cannot be read back")
         storage.remove(probe)
-    except ConfigError:
-        raise
     except Exception as exc:  # noqa: BLE001 - every reason means the same: unusable
         hint = (
             "check the endpoint (FSSPEC_S3_ENDPOINT_URL for S3-compatible stores), the "

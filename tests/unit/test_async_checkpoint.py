@@ -21,9 +21,8 @@ keras = pytest.importorskip("keras")
 from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname  # noqa: E402
 from raytf.rundir.storage import Storage  # noqa: E402
 from raytf.worker import snapshot  # noqa: E402
-from raytf.worker.checkpointer import WorkerCheckpointer  # noqa: E402
 
-from .test_worker_checkpointer import make_model, train_step, values  # noqa: E402
+from .test_worker_checkpointer import checkpointer, make_model, train_step, values  # noqa: E402
 
 OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
@@ -57,16 +56,8 @@ def restored(prefix: str, seed: int = 1) -> list[np.ndarray]:
 
 
 def async_checkpointer(storage, parts, *, every_steps=None, restore_url=None):
-    return WorkerCheckpointer(
-        storage=storage,
-        ckpt_dir=CKPT_DIR,
-        rank=0,
-        world_size=1,
-        strategy=tf.distribute.get_strategy(),
-        every_steps=every_steps,
-        restore_url=restore_url,
-        on_part=parts.append,
-        async_save=True,
+    return checkpointer(
+        storage, parts, every_steps=every_steps, restore_url=restore_url, async_save=True
     )
 
 
@@ -99,9 +90,9 @@ class SlowStorage(Storage):
         self.delay = delay
         self.stored: list[tuple[str, float]] = []  # (step dirname, monotonic time stored)
 
-    def upload_dir(self, local_dir, *parts, on_retry=None):
+    def upload_dir(self, local_dir, *parts):
         time.sleep(self.delay)
-        super().upload_dir(local_dir, *parts, on_retry=on_retry)
+        super().upload_dir(local_dir, *parts)
         self.stored.append((parts[-1], time.monotonic()))
 
 
@@ -112,10 +103,10 @@ class FailingStorage(Storage):
         super().__init__(root)
         self.fail = fail
 
-    def upload_dir(self, local_dir, *parts, on_retry=None):
+    def upload_dir(self, local_dir, *parts):
         if parts[-1] in self.fail:
             raise OSError(f"no space left for {parts[-1]}")
-        super().upload_dir(local_dir, *parts, on_retry=on_retry)
+        super().upload_dir(local_dir, *parts)
 
 
 def memory_root() -> str:

@@ -46,7 +46,9 @@ def all_equal(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def checkpointer(storage, parts, *, every_steps=None, restore_url=None, rank=0, world_size=1):
+def checkpointer(
+    storage, parts, *, every_steps=None, restore_url=None, rank=0, world_size=1, async_save=False
+):
     return WorkerCheckpointer(
         storage=storage,
         ckpt_dir=CKPT_DIR,
@@ -56,6 +58,7 @@ def checkpointer(storage, parts, *, every_steps=None, restore_url=None, rank=0, 
         every_steps=every_steps,
         restore_url=restore_url,
         on_part=parts.append,
+        async_save=async_save,
     )
 
 
