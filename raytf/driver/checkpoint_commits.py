@@ -27,7 +27,7 @@ from raytf.rundir.storage import Storage
 logger = logging.getLogger("raytf")
 
 
-class CheckpointCoordinator:
+class CheckpointCommits:
     def __init__(self, storage: Storage, config: CheckpointConfig, world_size: int):
         self.storage = storage
         self.config = config

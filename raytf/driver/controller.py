@@ -31,7 +31,7 @@ from typing import Any
 
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
-from raytf.driver.checkpoint_commits import CheckpointCoordinator
+from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
 from raytf.driver.failure_policy import (
     Decision,
@@ -99,7 +99,7 @@ class Controller:
         self.run_dir = run_config.run_dir
         self.storage = Storage(self.run_dir)
         self.world_size = scaling.max_workers  # the size of the current attempt
-        self.ckpts = CheckpointCoordinator(
+        self.ckpts = CheckpointCommits(
             self.storage, run_config.checkpoint_config, self.world_size
         )
         self.policy = FailurePolicy(run_config.failure_config)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from raytf import CheckpointConfig, ConfigError
-from raytf.driver.checkpoint_commits import CheckpointCoordinator
+from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import CKPT_DIR, commit, committed, latest_intact, prune, step_dirname
 from raytf.rundir.storage import Storage
@@ -90,7 +90,7 @@ def test_prune_keeps_newest_and_drops_abandoned(storage):
 
 
 def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(storage):
-    coord = CheckpointCoordinator(storage, CheckpointConfig(num_to_keep=1), world_size=2)
+    coord = CheckpointCommits(storage, CheckpointConfig(num_to_keep=1), world_size=2)
     p10 = write_parts(storage, 10)
     assert coord.on_parts([p10[0]], attempt=1) == []
     assert coord.on_parts([p10[1]], attempt=1)[0].step == 10
@@ -102,7 +102,7 @@ def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(sto
 
 
 def test_coordinator_time_trigger_fires_once_until_a_commit(storage):
-    coord = CheckpointCoordinator(storage, CheckpointConfig(checkpoint_every_s=5), world_size=2)
+    coord = CheckpointCommits(storage, CheckpointConfig(checkpoint_every_s=5), world_size=2)
     start = coord._last_save
     assert not coord.time_due(start + 1)
     assert coord.time_due(start + 6)
