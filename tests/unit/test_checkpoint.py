@@ -1,5 +1,6 @@
 """Commit, verify, prune and pick checkpoints on a real directory (no TF needed)."""
 
+import dataclasses
 import os
 
 import pytest
@@ -156,3 +157,30 @@ def test_variables_signature_gives_up_on_objects_that_do_not_list_their_variable
     from raytf.worker.traced_save import variables_signature
 
     assert variables_signature({"model": _Holder(1), "iterator": object()}) is None
+
+
+def _emergency(parts, digests):
+    return {
+        p.rank: dataclasses.replace(p, reason="emergency", digest=d) for p, d in zip(parts, digests)
+    }
+
+
+def test_emergency_parts_commit_only_when_the_survivors_agree_on_something_new(storage):
+    """Rank 2 of 3 died: ranks 0 and 1 answered with their state at their last step."""
+    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=3)
+    first = write_parts(storage, 20, world=3)
+    coord.on_parts(first, attempt=1)
+    assert coord.latest.step == 20
+    survivors = write_parts(storage, 27, world=2)  # ranks 0 and 1 wrote theirs
+    ckpt, why = coord.commit_emergency({0: survivors[0], 1: "no step completed"}, {2}, attempt=1)
+    assert ckpt is None and "rank 1: no step completed" in why
+    ckpt, why = coord.commit_emergency(_emergency(survivors, ["a", "b"]), {2}, attempt=1)
+    assert ckpt is None and "disagree" in why  # same step, another state: refused
+    stale = write_parts(storage, 20, world=2)
+    ckpt, why = coord.commit_emergency(_emergency(stale, ["a", "a"]), {2}, attempt=1)
+    assert ckpt is None and "not newer than the committed step 20" in why
+    assert latest_intact(storage).step == 20
+    ckpt, why = coord.commit_emergency(_emergency(survivors, ["a", "a"]), {2}, attempt=1)
+    assert ckpt is not None and ckpt.step == 27 and "ranks [0, 1] at step 27" in why
+    assert ckpt.manifest["missing_ranks"] == [2] and ckpt.manifest["reason"] == "emergency"
+    assert latest_intact(storage).step == 27 and coord.kept == [20, 27]
