@@ -165,6 +165,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
     p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
     p.add_argument("--count-examples", action="store_true", help="count each example's uses")
+    p.add_argument(
+        "--no-emergency-checkpoint",
+        action="store_true",
+        help="restart from the last committed checkpoint, not the survivors' last step",
+    )
     p.add_argument("--placement-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--slow-while", default=None, help=argparse.SUPPRESS)
@@ -203,7 +208,9 @@ def main(argv=None) -> dict:
                 checkpoint_every_steps=args.checkpoint_every,
             ),
             failure_config=raytf.FailureConfig(
-                max_failures=args.max_failures, hang_timeout_s=args.hang_timeout
+                max_failures=args.max_failures,
+                hang_timeout_s=args.hang_timeout,
+                emergency_checkpoint=not args.no_emergency_checkpoint,
             ),
         ),
     )

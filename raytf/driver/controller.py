@@ -99,15 +99,15 @@ class Controller:
         self.run_dir = run_config.run_dir
         self.storage = Storage(self.run_dir)
         self.world_size = scaling.max_workers  # the size of the current attempt
-        self.ckpts = CheckpointCommits(
-            self.storage, run_config.checkpoint_config, self.world_size
-        )
+        self.ckpts = CheckpointCommits(self.storage, run_config.checkpoint_config, self.world_size)
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: Group | None = None
         self.pool: Pool | None = None
         fc = run_config.failure_config
         self.use_standbys = fc.standby_workers and fc.max_failures != 0
+        # Not with Ray Data input: its shards resume at epoch boundaries only.
         self.use_emergency = fc.emergency_checkpoint and fc.max_failures != 0
+        self.use_emergency = self.use_emergency and not self.data.datasets
         self._standbys_asked = False
         self.port_retries = 0
         self.outputs = Outputs()

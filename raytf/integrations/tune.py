@@ -84,7 +84,12 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
             self._last: dict = {}
             # One run directory per trial; Tune's own table replaces raytf's progress lines.
             rc = spec.run_config
-            self._run_config = dataclasses.replace(rc, name=f"{rc.name}-{self.trial_id}", verbose=0)
+            # Saves are synchronous in a trial: Tune may stop it at any report, and a
+            # save still being stored when the group is torn down would be lost.
+            sync = dataclasses.replace(rc.checkpoint_config, async_save=False)
+            self._run_config = dataclasses.replace(
+                rc, name=f"{rc.name}-{self.trial_id}", verbose=0, checkpoint_config=sync
+            )
 
         def step(self) -> dict:
             if self._thread is None:

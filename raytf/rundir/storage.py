@@ -46,14 +46,27 @@ _S3_PROBE = {"config_kwargs": {"connect_timeout": 5, "retries": {"max_attempts":
 PROBE_OPTIONS = {"s3": _S3_PROBE, "s3a": _S3_PROBE}  # the storage check's client: fail fast
 
 
+_FROM_ENV: dict[str, set[str]] = {}  # protocol -> kwargs this module took from the environment
+
+
 def refresh_fsspec_env() -> None:
     """Read the ``FSSPEC_<PROTOCOL>_<KWARG>`` variables (the endpoint) again.
 
     fsspec reads them once, when it is imported; a worker is handed the driver's
     after that (and a test sets them late), so each process that opens storage with
-    a changed environment reads them once more.
+    a changed environment reads them once more. What an earlier reading took from a
+    variable that is gone now is forgotten.
     """
-    fsspec.config.set_conf_env(fsspec.config.conf)
+    conf = fsspec.config.conf
+    for protocol, keys in _FROM_ENV.items():
+        for key in keys:
+            conf.get(protocol, {}).pop(key, None)
+    fresh: dict[str, dict] = {}
+    fsspec.config.set_conf_env(fresh)
+    for protocol, kwargs in fresh.items():
+        conf.setdefault(protocol, {}).update(kwargs)
+    _FROM_ENV.clear()
+    _FROM_ENV.update({p: set(kw) for p, kw in fresh.items()})
 
 
 def is_local(uri: str) -> bool:

@@ -19,7 +19,9 @@ from the latest committed checkpoint, as before):
   survivors must agree on its step and digest;
 - state synchronized on read (Keras metrics created under the strategy):
   reading it is a cross-worker all-reduce, which would wait for the dead peer;
-- a loop that never called ``restore`` (nothing is tracked).
+- a loop that never called ``restore`` (nothing is tracked);
+- Ray Data input: a shard has no position, so a run resumes at its epoch
+  boundaries (docs/data_and_tune.md), never at the step a peer died.
 The dead rank's Python and NumPy RNG state is not in it (its process is gone):
 its new process starts from the chief's extra state and a fresh RNG, as a rank
 new since a resize does.

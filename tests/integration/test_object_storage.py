@@ -10,7 +10,7 @@ import pytest
 
 import raytf
 from raytf.rundir.checkpoints import latest_intact, verify
-from raytf.rundir.storage import Storage
+from raytf.rundir.storage import Storage, refresh_fsspec_env
 
 from .jobrun import FAULT_ARGS, JobRun
 from .test_recovery import assert_same_result
@@ -50,16 +50,19 @@ def test_bad_storage_urls_fail_before_anything_starts(s3, tmp_path, monkeypatch,
 
 def test_unreachable_endpoint_and_unwritable_path_are_config_errors(s3, tmp_path, monkeypatch):
     closed = f"http://127.0.0.2:{_closed_port()}"
-    monkeypatch.setenv("FSSPEC_S3_ENDPOINT_URL", closed)
     s3.make_bucket("reachable-only-elsewhere")
     trainer = raytf.Trainer(
         _loop,
         run_config=raytf.RunConfig(name="r", storage_path="s3://reachable-only-elsewhere/runs"),
     )
-    t0 = time.monotonic()
-    with pytest.raises(raytf.ConfigError, match="EndpointConnectionError.*FSSPEC_S3_ENDPOINT_URL"):
-        trainer.fit()
-    assert time.monotonic() - t0 < 15  # not the client's ~30 s of retries
+    with monkeypatch.context() as env:
+        env.setenv("FSSPEC_S3_ENDPOINT_URL", closed)
+        t0 = time.monotonic()
+        with pytest.raises(raytf.ConfigError, match="EndpointConnectionError.*FSSPEC_S3_"):
+            trainer.fit()
+        assert time.monotonic() - t0 < 15  # not the client's ~30 s of retries
+    refresh_fsspec_env()  # the server's endpoint again, for the tests after this one
+    assert Storage(f"s3://{s3.make_bucket('reachable-again')}/x").listdir() == []
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     trainer = raytf.Trainer(
@@ -144,7 +147,8 @@ def test_sigkill_during_an_async_persist_keeps_the_previous_checkpoint(
     bucket = s3.make_bucket("raytf-persist")
     url = f"s3://{bucket}/runs"
     env = {**cluster_env, **s3.env}
-    args = [*FAULT_ARGS, "--max-failures", "2", "--keep", "20"]
+    # Without the survivors' emergency checkpoint, which would supersede the lost save.
+    args = [*FAULT_ARGS, "--max-failures", "2", "--keep", "20", "--no-emergency-checkpoint"]
     run = JobRun(url, "persist", *args, env=env, logs=str(tmp_path)).start()
     storage = Storage(f"{url}/persist")
     try:
