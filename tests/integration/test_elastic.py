@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 STEPS, BATCH = 1024, 96  # 96 splits over 2 and 3 workers; 1024 x 96 = 12 passes of 8192
 ELASTIC = ["--workers", "3", "--min-workers", "2", "--elastic-wait", "2"]
 ELASTIC += ["--steps", str(STEPS), "--batch-size", str(BATCH), "--seed", "5"]
-ELASTIC += ["--checkpoint-every", "25", "--keep", "200", "--max-failures", "3"]
+CHECKPOINT_EVERY = 25
+ELASTIC += ["--checkpoint-every", str(CHECKPOINT_EVERY), "--keep", "200", "--max-failures", "3"]
 ELASTIC += ["--step-sleep", "0.04", "--report-every", "8", "--count-examples"]
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 DRAIN_DEADLINE_S = 30
@@ -125,9 +126,15 @@ def test_elastic_group_shrinks_grows_and_leaves_a_draining_node(tmp_path):
     reasons = [(r["before"], r["after"], r["reason"]) for r in final["resizes"]]
     assert reasons[1:] == [(2, 3, "capacity returned"), (3, 2, "preemption")], reasons
     assert reasons[0] == (3, 2, "node lost"), reasons
-    # The termination checkpoint beat the deadline and the restart resumed from it.
+    # The termination checkpoint beat the deadline and the restart resumed from it, or
+    # from one committed after it in the same driver round: saves are asynchronous, so
+    # the next interval save may be stored before the group is torn down (seen: 274
+    # then 275). Either way nothing before the termination checkpoint is redone.
     drain_log = final["preemption_log"][-1]
     assert drain_log["node_id"] == node_id
     assert drain_log["committed_at"] < drain_log["deadline"]
-    assert final["resizes"][2]["step"] == drain_log["checkpoint_step"]
+    resumed = final["resizes"][2]["step"]
+    assert (
+        drain_log["checkpoint_step"] <= resumed <= drain_log["checkpoint_step"] + CHECKPOINT_EVERY
+    )
     assert final["world_size"] == 2 and summary["world_size"] == 2
