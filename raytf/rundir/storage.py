@@ -73,18 +73,22 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
+def _absolute(local: str) -> str:
+    """A local path or ``file://`` URL as an absolute path (only ever given local ones)."""
+    return os.path.abspath(os.path.expanduser(local.removeprefix("file://")))
+
+
 def join_run_dir(storage_path: str, name: str) -> str:
     """``storage_path/name``: a URL keeps its scheme, a local path becomes absolute."""
     if is_local(storage_path):
-        local = os.path.expanduser(storage_path.removeprefix("file://"))
-        return os.path.join(os.path.abspath(local), name)
+        return os.path.join(_absolute(storage_path), name)
     return posixpath.join(storage_path.rstrip("/"), name)
 
 
 class Storage:
     def __init__(self, root: str, **fs_options: Any):
         if is_local(root):
-            root = os.path.abspath(os.path.expanduser(root.removeprefix("file://")))
+            root = _absolute(root)
         self.uri = root
         self.local = is_local(root)
         # Other processes write here too (workers their parts, the driver the manifest):

@@ -124,16 +124,6 @@ def remote_sizes(storage: Storage, step: int) -> dict[str, int]:
 
 
 @pytest.fixture
-def storage(tmp_path):
-    return Storage(str(tmp_path / "run"))
-
-
-@pytest.fixture
-def parts():
-    return []
-
-
-@pytest.fixture
 def raytf_logs(caplog):
     caplog.set_level(logging.INFO, logger="raytf")
     return caplog

@@ -31,11 +31,6 @@ def write_parts(storage: Storage, step: int, world: int = 2) -> list[CheckpointP
     return parts
 
 
-@pytest.fixture
-def storage(tmp_path):
-    return Storage(str(tmp_path / "run"))
-
-
 def test_commit_then_latest(storage):
     for step in (10, 20):
         commit(storage, write_parts(storage, step), world_size=2, attempt=1)

@@ -62,16 +62,6 @@ def checkpointer(
     )
 
 
-@pytest.fixture
-def storage(tmp_path):
-    return Storage(str(tmp_path / "run"))
-
-
-@pytest.fixture
-def parts():
-    return []
-
-
 # -- saving ----------------------------------------------------------------------------------
 def test_track_without_restore_starts_at_zero(storage, parts):
     early = checkpointer(storage, parts, every_steps=5)
