@@ -175,7 +175,10 @@ def test_emergency_checkpoint_after_a_sigkill_redoes_no_completed_step(
     found = re.search(r"emergency checkpoint committed: ranks \[0\] at step (\d+)", out)
     assert found, out[-3000:]
     step = int(found.group(1))
-    assert step >= before["last_step"] and step % 20 != 0  # newer than any interval save
+    # Not behind the kill. It may fall on an interval step (80): that save was stored but
+    # never committed (rank 1 died first), and the driver commits an emergency part only
+    # when it is newer than every commit; the manifest below says which one landed.
+    assert step >= before["last_step"]
     assert re.search(rf"resuming after step {step}$", out, re.M), out[-3000:]
     assert_same_result(summary, reference)
     manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
