@@ -39,6 +39,7 @@ from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
+from raytf.worker import teardown
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.user_fn import call_user
 
@@ -152,6 +153,7 @@ class RaytfWorker:
         impl = getattr(tf.distribute.experimental.CommunicationImplementation, communication)
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        teardown.install()  # a run ends when its last step does, not its pipeline's teardown
         return int(self._strategy.num_replicas_in_sync)
 
     def start(

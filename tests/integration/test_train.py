@@ -1,6 +1,7 @@
 """Two real MWMS workers on a real local Ray instance."""
 
 import jobs.train_synthetic as train_synthetic
+import raytf
 
 from .cluster_state import assert_nothing_left
 
@@ -27,7 +28,7 @@ def test_loss_falls_digests_agree_and_a_fixed_seed_repeats(ray_cluster, storage)
 
 
 def test_loss_history_streams_and_falls(ray_cluster, storage):
-    import raytf
+
 
     trainer = raytf.Trainer(
         train_synthetic.train_loop,
@@ -40,4 +41,58 @@ def test_loss_history_streams_and_falls(ray_cluster, storage):
     assert [m["step"] for m in result.metrics_history] == list(range(4, 65, 4))
     assert losses[-1] < 0.6 * losses[0], losses
     assert result.metrics["accuracy"] > 0.6
+    assert_nothing_left()
+
+
+def slow_teardown_loop(config):
+    """A user's own pipeline, autotuned, whose elements past the run's end take
+    20 s each: when the loop returns, its map calls are in flight, and destroying
+    the iterator waits for them (as an autotuned pipeline's threads do)."""
+    import time
+
+    import tensorflow as tf
+
+    ctx = raytf.get_context()
+    steps = config["steps"]
+
+    def make(i):
+        time.sleep(20.0 if i >= steps else 0.0)
+        return float(i)
+
+    ds = (
+        tf.data.Dataset.range(10_000)
+        .map(
+            lambda i: tf.py_function(make, [i], tf.float32),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    it = iter(ctx.strategy.experimental_distribute_dataset(ds.batch(1)))
+
+    @tf.function
+    def step(x):
+        return ctx.strategy.reduce("SUM", ctx.strategy.run(tf.reduce_sum, args=(x,)), axis=None)
+
+    for i in range(1, steps + 1):
+        step(next(it))
+        ctx.step_end(i)
+    return {"last_step_at": time.time()}
+
+
+def test_a_run_ends_when_its_last_step_ends_not_when_its_pipeline_is_torn_down(
+    ray_cluster, storage
+):
+    import time
+
+    trainer = raytf.Trainer(
+        slow_teardown_loop,
+        train_loop_config={"steps": 8},
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(name="teardown", storage_path=storage, verbose=0),
+    )
+    result = trainer.fit()
+    ended = time.time()
+    last = max(r["last_step_at"] for r in result.worker_results)
+    # Without the reaper, the loop's return waits >= 20 s for the in-flight map calls.
+    assert ended - last < 3.0, f"fit() returned {ended - last:.1f} s after the last step"
     assert_nothing_left()
