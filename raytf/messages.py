@@ -73,6 +73,7 @@ class CheckpointPart:
     reason: str = "interval"  # interval | time | termination | resize | session
     persist_seconds: float = 0.0  # from the save's start until it was stored
     digest: str | None = None  # an emergency part: SHA-256 of the state it holds
+    copy_id: str | None = None  # this node's copy in host memory (raytf.worker.host_copy)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ class Settings:
         os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json"),
     )
     node_start_timeout_s: float = _env("RAYTF_NODE_START_TIMEOUT_S", float, 90.0)
+    # Where each node keeps copies of the latest checkpoints in host memory, for
+    # restores that skip object storage (raytf.worker.host_copy); "" turns them off.
+    host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -114,6 +114,7 @@ def commit(
         "save_seconds": max(p.seconds for p in parts),
         "persist_seconds": max(p.persist_seconds for p in parts),
         "missing_ranks": list(missing),
+        "host_copies": sorted(p.copy_id for p in parts if p.copy_id),
     }
     d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)

@@ -156,10 +156,10 @@ class Storage:
             return
         self.fs.rm(self.path(*parts), recursive=True)
 
-    def upload_dir(self, local_dir: str, *parts: str) -> None:
-        """Copy a local directory's files under ``parts``: in parallel, each retried (every
-        failed try is a warning in the worker's output)."""
-        names = sorted(os.listdir(local_dir))
+    def upload_dir(self, local_dir: str, *parts: str, names: list[str] | None = None) -> None:
+        """Copy a local directory's files (or only ``names``) under ``parts``: in parallel,
+        each retried (every failed try is a warning in the worker's output)."""
+        names = sorted(os.listdir(local_dir)) if names is None else names
 
         def put(name: str) -> None:
             src, dst = os.path.join(local_dir, name), self.path(*parts, name)
@@ -168,9 +168,10 @@ class Storage:
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
             list(pool.map(put, names))  # re-raises the first file that never went up
 
-    def download_dir(self, local_dir: str, *parts: str) -> None:
+    def download_dir(self, local_dir: str, *parts: str, names: list[str] | None = None) -> None:
+        """Copy the directory's files (or only ``names``) into ``local_dir``."""
         os.makedirs(local_dir, exist_ok=True)
-        names = self.listdir(*parts)
+        names = self.listdir(*parts) if names is None else names
 
         def get(name: str) -> None:
             self.fs.get_file(self.path(*parts, name), os.path.join(local_dir, name))

@@ -35,11 +35,13 @@ from raytf.messages import (
     WorkerPoll,
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
+from raytf.settings import Settings
+from raytf.worker import teardown
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
-from raytf.worker import teardown
+from raytf.worker.host_copy import HostCopy
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.user_fn import call_user
 
@@ -178,6 +180,8 @@ class RaytfWorker:
             on_part=self._buffer.put,
             async_save=bool(ckpt.get("async_save")),
             keep_last_step=bool(ckpt.get("keep_last_step")),
+            host_copy=HostCopy(run_dir, Settings.from_env().host_copy_dir or None),
+            node_leader=local_rank == 0,
         )
         self._start_watchers(self._checkpointer)
         context = TrainContext(
@@ -200,6 +204,7 @@ class RaytfWorker:
             result = call_user(fn, config=config)
             if self._checkpointer is not None:
                 self._checkpointer.flush()  # the last save is stored before the run ends
+                self._checkpointer.host_copy.drop()  # no restart will read it
             return FINISHED, result
         except CheckpointRestoreError as exc:
             return FAILED, exc  # the driver falls back to an older checkpoint

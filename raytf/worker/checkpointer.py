@@ -24,14 +24,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-
-import numpy as np
 
 from raytf.errors import CheckpointRestoreError
 from raytf.messages import CheckpointPart
@@ -39,6 +36,8 @@ from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage
 from raytf.worker import snapshot
 from raytf.worker.emergency import LastStep, state_file_for
+from raytf.worker.host_copy import HostCopy
+from raytf.worker.restore import build_optimizers, locate, rng_state, set_rng_state
 from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
@@ -46,22 +45,6 @@ logger = logging.getLogger("raytf")
 PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
 _REQUEST_KEY = "raytf_ckpt_request_{}"
 _ACK_KEY = "raytf_ckpt_ack_{}_{}"
-
-
-def _rng_state() -> dict:
-    py = random.getstate()
-    np_state = np.random.get_state()
-    return {
-        "python": [py[0], list(py[1]), py[2]],
-        "numpy": [np_state[0], np_state[1].tolist(), *[float(x) for x in np_state[2:]]],
-    }
-
-
-def _set_rng_state(doc: dict) -> None:
-    v, internal, gauss = doc["python"]
-    random.setstate((v, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = doc["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
 
 
 def _crossed(previous: int | None, step: int, every: int) -> bool:
@@ -75,18 +58,6 @@ def _kv():
     from tensorflow.python.eager import context
 
     return context.context()
-
-
-def _build_optimizers(trackables: dict, strategy) -> None:
-    """Keras 3 optimizers create their slots lazily; restoring needs them to exist."""
-    import keras
-
-    models = [t for t in trackables.values() if isinstance(t, keras.Model)]
-    variables = [v for m in models for v in m.trainable_variables]
-    for t in trackables.values():
-        if isinstance(t, keras.optimizers.Optimizer) and not t.built and variables:
-            with strategy.scope():
-                t.build(variables)
 
 
 class WorkerCheckpointer:
@@ -103,6 +74,8 @@ class WorkerCheckpointer:
         on_part: Callable[[CheckpointPart], None],
         async_save: bool = False,
         keep_last_step: bool = False,
+        host_copy: HostCopy | None = None,
+        node_leader: bool = False,
     ):
         self.storage = storage
         self.ckpt_dir = ckpt_dir
@@ -114,6 +87,12 @@ class WorkerCheckpointer:
         self.on_part = on_part
         self.async_save = async_save
         self.last_step = LastStep() if keep_last_step else None  # for an emergency checkpoint
+        # Copies in this node's memory (object storage only): the chief keeps what it
+        # wrote, the first rank of each other node (``node_leader``) writes its own.
+        self.host_copy = host_copy if host_copy and not storage.local else HostCopy("", None)
+        self.node_leader = node_leader
+        self.restored_from: str | None = None  # "host memory" or "storage", once restored
+        self.stored: CheckpointPart | None = None  # this rank's last part in storage
         self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
         self._step_var = None
@@ -151,21 +130,22 @@ class WorkerCheckpointer:
         if self.restore_url is None:
             return 0
         t0 = time.monotonic()
-        _build_optimizers(trackables, self.strategy)
-        local_dir, scratch = self._local_copy(self.restore_url)
+        build_optimizers(trackables, self.strategy)
+        # Storage errors are raised as they are: the checkpoint is not to blame.
+        tf_dir, local_dir, scratch, self.restored_from = locate(
+            self.storage, self.host_copy, self.restore_url
+        )
         try:
-            self.ckpt.read(os.path.join(local_dir, TF_PREFIX)).assert_existing_objects_matched()
-            name = state_file_for(self.rank, os.listdir(local_dir))
-            with open(os.path.join(local_dir, name)) as f:
-                doc = json.load(f)
-            if name == f"state_rank{self.rank}.json":
-                _set_rng_state(doc)
-            # Else a rank new since a resize, or one that died before an emergency
-            # checkpoint: its RNG starts fresh; the state the group agrees on
-            # (all-reduced metric accumulators) is another rank's.
-            for name, value in doc.get("extra", {}).items():
-                if name in self._extra:
-                    self._extra[name][1](value)
+            try:
+                self._read(tf_dir, local_dir)
+            except Exception as exc:  # noqa: BLE001 - a damaged host copy: storage has the files
+                if self.restored_from != "host memory":
+                    raise
+                logger.warning("rank %d: host copy %s unusable (%s)", self.rank, tf_dir, exc)
+                shutil.rmtree(tf_dir, ignore_errors=True)
+                Storage(self.restore_url).download_dir(scratch)
+                self.restored_from = "storage (the host copy was damaged)"
+                self._read(scratch, scratch)
         except Exception as exc:  # noqa: BLE001 - any failure means this checkpoint is unusable
             raise CheckpointRestoreError(self.restore_url, f"{type(exc).__name__}: {exc}") from exc
         finally:
@@ -173,16 +153,28 @@ class WorkerCheckpointer:
                 shutil.rmtree(scratch, ignore_errors=True)
         step = int(self._step_var.numpy())
         self._last_step = step
-        logger.info("rank %d restored step %d in %.3f s", self.rank, step, time.monotonic() - t0)
+        took = time.monotonic() - t0
+        # Printed, not logged: it is how a user (and the tests) see where a restart read from.
+        print(
+            f"[raytf] rank {self.rank} restored step {step} from {self.restored_from} "
+            f"in {took:.2f} s",
+            flush=True,
+        )
         return step
 
-    def _local_copy(self, url: str) -> tuple[str, str | None]:
-        if self.storage.local:
-            return url, None
-        scratch = tempfile.mkdtemp(prefix="raytf-restore-")
-        src = Storage(url)
-        src.download_dir(scratch)
-        return scratch, scratch
+    def _read(self, tf_dir: str, state_dir: str) -> None:
+        self.ckpt.read(os.path.join(tf_dir, TF_PREFIX)).assert_existing_objects_matched()
+        name = state_file_for(self.rank, os.listdir(state_dir))
+        with open(os.path.join(state_dir, name)) as f:
+            doc = json.load(f)
+        if name == f"state_rank{self.rank}.json":
+            set_rng_state(doc)
+        # Else a rank new since a resize, or one that died before an emergency
+        # checkpoint: its RNG starts fresh; the state the group agrees on
+        # (all-reduced metric accumulators) is another rank's.
+        for key, value in doc.get("extra", {}).items():
+            if key in self._extra:
+                self._extra[key][1](value)
 
     # -- the training loop's hook ----------------------------------------------
     def step_end(self, step: int) -> None:
@@ -288,7 +280,8 @@ class WorkerCheckpointer:
             )
         snap = snapshot.take(self.ckpt)
         stall = time.monotonic() - t0
-        write = (lambda prefix: snapshot.write(snap, prefix)) if self.rank == 0 else None
+        writes = self.rank == 0 or (self.node_leader and self.host_copy.enabled)
+        write = (lambda prefix: snapshot.write(snap, prefix)) if writes else None
         self._inflight = threading.Thread(
             target=self._persist,
             args=(step, reason, write, state, t0, stall),
@@ -308,7 +301,7 @@ class WorkerCheckpointer:
         return time.monotonic() - t0
 
     def _state_bytes(self) -> bytes:
-        doc = _rng_state()
+        doc = rng_state()
         doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
         return json.dumps(doc).encode()
 
@@ -320,19 +313,31 @@ class WorkerCheckpointer:
         """
         dirname = step_dirname(step)
         real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
-        staging = real or tempfile.mkdtemp(prefix="raytf-save-")
-        try:
+        files: dict[str, int] = {}
+
+        def fill(staging: str, tf: bool) -> None:
             os.makedirs(staging, exist_ok=True)
-            files = {}
-            if write is not None:
+            files.clear()
+            if tf:
                 write(os.path.join(staging, TF_PREFIX))
-                files = {n: os.path.getsize(os.path.join(staging, n)) for n in os.listdir(staging)}
+                if self.rank == 0:  # a node leader's TF files stay on its node
+                    files.update(
+                        (n, os.path.getsize(os.path.join(staging, n))) for n in os.listdir(staging)
+                    )
             state_name = f"state_rank{self.rank}.json"
             with open(os.path.join(staging, state_name), "wb") as f:
                 f.write(state)
             files[state_name] = len(state)
-            if not self.storage.local:
-                self.storage.upload_dir(staging, self.ckpt_dir, dirname)
+
+        staging, copy_id = real, None
+        try:
+            if real is not None:
+                fill(real, write is not None)
+            else:
+                staging, in_copy = self.host_copy.fill(fill, write is not None, self.rank == 0)
+                self.storage.upload_dir(staging, self.ckpt_dir, dirname, names=sorted(files))
+                if in_copy:
+                    copy_id = self.host_copy.keep(staging, dirname)
         except Exception:  # noqa: BLE001 - the checkpoint is lost, training is not
             logger.exception("rank %d: checkpoint at step %d could not be stored", self.rank, step)
             print(
@@ -342,11 +347,14 @@ class WorkerCheckpointer:
             )
             return
         finally:
-            if real is None:
+            if real is None and copy_id is None and staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
         took = time.monotonic() - t0
         stall = took if stall is None else stall
-        self.on_part(CheckpointPart(self.rank, step, files, stall, reason, persist_seconds=took))
+        self.stored = CheckpointPart(
+            self.rank, step, files, stall, reason, persist_seconds=took, copy_id=copy_id
+        )
+        self.on_part(self.stored)
         logger.info(
             "rank %d saved step %d (%s): loop stalled %.3f s, stored in %.3f s",
             self.rank,

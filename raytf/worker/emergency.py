@@ -34,12 +34,14 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.worker import snapshot
+from raytf.worker.host_copy import is_tf_file
 
 
 def _digest(snap: snapshot.Snapshot) -> str:
@@ -109,10 +111,22 @@ def emergency_part(checkpointer, write_tf: bool) -> CheckpointPart | str:
     step, snap, state = keeper.latest
     checkpointer.flush()  # an interval save still being stored goes first
     digest = _digest(snap)
+    stored = checkpointer.stored
+    if stored is not None and stored.step == step:
+        if not write_tf or any(is_tf_file(n) for n in stored.files):
+            # This rank's part of that step is already in storage (a save whose commit
+            # the death prevented): offer it, rather than write and upload it again.
+            took = time.monotonic() - t0
+            return replace(
+                stored, reason="emergency", seconds=0.0, persist_seconds=took, digest=digest
+            )
     dirname = step_dirname(step)
     storage = checkpointer.storage
     real = storage.path(checkpointer.ckpt_dir, dirname) if storage.local else None
-    staging = real or tempfile.mkdtemp(prefix="raytf-emergency-")
+    host = checkpointer.host_copy
+    keep = real is None and write_tf and host.enabled
+    staging = real or (host.staging() if keep else tempfile.mkdtemp(prefix="raytf-emergency-"))
+    copy_id = None
     try:
         os.makedirs(staging, exist_ok=True)
         files = {}
@@ -125,11 +139,13 @@ def emergency_part(checkpointer, write_tf: bool) -> CheckpointPart | str:
         files[name] = len(state)
         if not storage.local:
             storage.upload_dir(staging, checkpointer.ckpt_dir, dirname)
+        if keep:
+            copy_id = host.keep(staging, dirname)
     finally:
-        if real is None:
+        if real is None and copy_id is None:
             shutil.rmtree(staging, ignore_errors=True)
     took = time.monotonic() - t0
-    return CheckpointPart(checkpointer.rank, step, files, 0.0, "emergency", took, digest)
+    return CheckpointPart(checkpointer.rank, step, files, 0.0, "emergency", took, digest, copy_id)
 
 
 def state_file_for(rank: int, names: list[str]) -> str:

@@ -74,14 +74,21 @@ def reference(cluster_env, tmp_path_factory):
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """moto's S3 server on loopback for the session, its environment set for this process
-    (the in-process drivers) and handed to job subprocesses; stopped by pid at the end."""
+    (the in-process drivers) and handed to job subprocesses; stopped by pid at the end.
+    The workers' host copies go to a directory of the session's own in host memory
+    (``server.host_copies``), removed at the end, as runs the tests kill leave theirs."""
     import os
+    import shutil
+    import tempfile
 
     from raytf.rundir.storage import refresh_fsspec_env
 
     from .s3_server import S3Server
 
     server = S3Server(str(tmp_path_factory.mktemp("moto"))).start()
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    server.host_copies = tempfile.mkdtemp(prefix="raytf-test-copies-", dir=shm)
+    server.env["RAYTF_HOST_COPY_DIR"] = server.host_copies
     saved = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
     refresh_fsspec_env()
@@ -89,6 +96,7 @@ def s3(tmp_path_factory):
         yield server
     finally:
         server.stop()
+        shutil.rmtree(server.host_copies, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

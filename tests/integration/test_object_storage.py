@@ -3,6 +3,7 @@
 worker SIGKILLed, the driver SIGKILLed and rerun, the endpoint stopped mid-run."""
 
 import os
+import re
 import signal
 import time
 
@@ -82,13 +83,16 @@ def _closed_port() -> int:
 
 @pytest.mark.slow
 def test_s3_run_resumes_after_a_sigkill_and_a_killed_driver(s3, reference, cluster_env, tmp_path):
-    """The fault tests' job on S3: a worker SIGKILLed (the restart reads the checkpoint
-    back from the bucket), then the driver SIGKILLed and the job run again (the new
-    driver finds the run in the bucket); the weights end as an uninterrupted local run's,
-    and the bucket holds only committed, whole, pruned checkpoints."""
+    """The fault tests' job on S3: a worker SIGKILLed (the restart reads the TF files
+    from the node's host copy, the rest from the bucket), then the driver SIGKILLed, the
+    host copies damaged, and the job run again (the new driver finds the run in the
+    bucket, the workers pass over the damaged copy and download); the weights end as an
+    uninterrupted local run's, and the bucket holds only committed, whole, pruned
+    checkpoints."""
     bucket = s3.make_bucket("raytf-faults")
     url = f"s3://{bucket}/runs"
-    env = {**cluster_env, **s3.env}
+    # Every rank's line of where it restored from: Ray would fold the second into the first.
+    env = {**cluster_env, **s3.env, "RAY_DEDUP_LOGS": "0"}
     args = [*FAULT_ARGS, "--max-failures", "3", "--keep", "2"]
     run = JobRun(url, "s3k", *args, env=env, logs=str(tmp_path)).start()
     try:
@@ -97,12 +101,25 @@ def test_s3_run_resumes_after_a_sigkill_and_a_killed_driver(s3, reference, clust
         run.kill_driver()
     finally:
         run.stop()
+    restored = re.findall(r"rank (\d) restored step \d+ from (.+) in", run.output())
+    assert sorted(restored) == [("0", "host memory"), ("1", "host memory")], restored
+    damaged = 0
+    for root, _, names in os.walk(s3.host_copies):
+        for name in names:
+            if name.startswith("ckpt.data"):
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(7)
+                damaged += 1
+    assert damaged >= 1
     again = JobRun(url, "s3k", *args, env=env, logs=str(tmp_path)).start()
     try:
         rc, summary = again.finish()
     finally:
         again.stop()
     assert rc == 0, again.output()[-3000:]
+    # The log files are the run's: the rerun's lines follow the first run's.
+    restored = re.findall(r"rank (\d) restored step \d+ from (.+) in", again.output())[2:]
+    assert sorted(restored) == [("0", "storage"), ("1", "storage")], restored
     assert_same_result(summary, reference)
     assert summary["run_dir"] == f"{url}/s3k" and summary["checkpoint"].startswith("s3://")
     assert summary["attempts"] >= 3  # the rerun continued the run's attempts

@@ -29,7 +29,6 @@ def test_loss_falls_digests_agree_and_a_fixed_seed_repeats(ray_cluster, storage)
 
 def test_loss_history_streams_and_falls(ray_cluster, storage):
 
-
     trainer = raytf.Trainer(
         train_synthetic.train_loop,
         train_loop_config={"steps": 64, "batch_size": 64, "seed": 1, "report_every": 4, "lr": 3e-3},

@@ -90,9 +90,9 @@ class SlowStorage(Storage):
         self.delay = delay
         self.stored: list[tuple[str, float]] = []  # (step dirname, monotonic time stored)
 
-    def upload_dir(self, local_dir, *parts):
+    def upload_dir(self, local_dir, *parts, names=None):
         time.sleep(self.delay)
-        super().upload_dir(local_dir, *parts)
+        super().upload_dir(local_dir, *parts, names=names)
         self.stored.append((parts[-1], time.monotonic()))
 
 
@@ -103,10 +103,10 @@ class FailingStorage(Storage):
         super().__init__(root)
         self.fail = fail
 
-    def upload_dir(self, local_dir, *parts):
+    def upload_dir(self, local_dir, *parts, names=None):
         if parts[-1] in self.fail:
             raise OSError(f"no space left for {parts[-1]}")
-        super().upload_dir(local_dir, *parts)
+        super().upload_dir(local_dir, *parts, names=names)
 
 
 def memory_root() -> str:

@@ -1,0 +1,88 @@
+"""A node's host copy is used only when the committed manifest names it, whole."""
+
+import os
+
+from raytf.rundir.checkpoints import step_dirname
+from raytf.worker import host_copy
+from raytf.worker.host_copy import HostCopy
+
+
+def _write(copy: HostCopy, step: int, data: bytes = b"weights") -> tuple[str, dict]:
+    staging = copy.staging()
+    with open(os.path.join(staging, "ckpt.index"), "wb") as f:
+        f.write(b"index")
+    with open(os.path.join(staging, "ckpt.data-00000-of-00001"), "wb") as f:
+        f.write(data)
+    copy_id = copy.keep(staging, step_dirname(step))
+    files = {"ckpt.index": 5, "ckpt.data-00000-of-00001": len(data), "state_rank0.json": 2}
+    return copy_id, {"files": files, "host_copies": [copy_id]}
+
+
+def test_found_only_when_the_manifest_names_this_copy(tmp_path):
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path))
+    copy_id, manifest = _write(copy, 20)
+    assert copy.find(step_dirname(20), manifest) == os.path.join(copy.dir, step_dirname(20))
+    # The same step from an attempt that never committed it: another copy id.
+    assert copy.find(step_dirname(20), {**manifest, "host_copies": ["other"]}) is None
+    assert copy.find(step_dirname(40), manifest) is None
+    # Another run's copies live apart.
+    assert HostCopy("s3://bucket/runs/b", str(tmp_path)).find(step_dirname(20), manifest) is None
+
+
+def test_a_damaged_copy_is_not_used(tmp_path):
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path))
+    _, manifest = _write(copy, 20)
+    path = os.path.join(copy.dir, step_dirname(20), "ckpt.data-00000-of-00001")
+    with open(path, "wb") as f:
+        f.write(b"trunc")
+    assert copy.find(step_dirname(20), manifest) is None
+
+
+def test_a_newer_write_of_a_step_replaces_it_and_old_steps_are_dropped(tmp_path):
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path))
+    first, _ = _write(copy, 20, b"attempt one")
+    second, manifest = _write(copy, 20, b"attempt two")
+    assert first != second and copy.find(step_dirname(20), manifest)
+    for step in (40, 60):
+        _write(copy, step)
+    kept = sorted(n for n in os.listdir(copy.dir) if not n.startswith("."))
+    assert kept == [step_dirname(40), step_dirname(60)][-host_copy.KEEP :]
+    copy.drop()
+    assert not os.path.exists(copy.dir)
+
+
+def test_no_root_means_no_copies(tmp_path):
+    copy = HostCopy("s3://bucket/runs/a", None)
+    assert not copy.enabled and copy.find(step_dirname(20), {"files": {}}) is None
+    copy.drop()
+
+
+def test_a_full_tmpfs_costs_the_copy_not_the_checkpoint(tmp_path):
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path))
+    tries = []
+
+    def fill(directory, tf):
+        tries.append((directory.startswith(copy.dir), tf))
+        if directory.startswith(copy.dir):
+            raise OSError(28, "No space left on device")
+        open(os.path.join(directory, "state_rank0.json"), "w").close()
+
+    staging, in_copy = copy.fill(fill, tf=True, must_write_tf=True)
+    assert not in_copy and os.listdir(staging) == ["state_rank0.json"]
+    assert tries == [(True, True), (False, True)]
+    assert not [n for n in os.listdir(copy.dir) if n.startswith(".staging")]
+    tries.clear()
+    copy.fill(fill, tf=True, must_write_tf=False)  # a node leader: its TF files were the copy
+    assert tries == [(True, True), (False, False)]
+
+
+def test_drop_leaves_what_another_rank_kept(tmp_path):
+    mine, theirs = (HostCopy("s3://bucket/runs/a", str(tmp_path)) for _ in range(2))
+    _write(mine, 20)
+    _, manifest = _write(theirs, 40)
+    mine.drop()
+    assert theirs.find(step_dirname(40), manifest) and not os.path.exists(
+        os.path.join(mine.dir, step_dirname(20))
+    )
+    theirs.drop()
+    assert not os.path.exists(mine.dir)
