@@ -179,6 +179,11 @@ def write_between_markers(path: str, text: str) -> None:
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["checkpoints"]:
+        from raytf.bench import checkpoints
+
+        return checkpoints.main(argv[1:])
     args = parse_args(argv)
     t0 = time.monotonic()
     results = run(args)

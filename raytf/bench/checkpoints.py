@@ -1,0 +1,233 @@
+"""``raytf bench checkpoints``: a large model's checkpoints, crashes and goodput.
+
+    raytf bench checkpoints                               # local disk, a temp dir
+    raytf bench checkpoints --storage s3://bucket/bench   # object storage (fsspec's env)
+    raytf bench checkpoints --smoke                       # seconds: every figure, tiny
+
+raytf only (the comparison with hand-launched MWMS and Ray Train is ``raytf
+bench``). The model is an MLP 1024-4096-4096-1024 with Adam: 25.2M parameters, a
+302 MB checkpoint, on random input (the figures are about state, not data). Each
+figure comes from whole runs of 2 workers, a checkpoint every 20 steps:
+
+- overhead: the loop's time beyond its median step, over the loop, for no
+  checkpoints, synchronous saves, asynchronous saves, and asynchronous saves with
+  the per-step state an emergency checkpoint needs; the stall and the persist
+  time of the last commit, from its manifest;
+- recovery: SIGKILL rank 1 after step 40; seconds from the restart's start to the
+  first resumed step (``Result.recoveries_s``), the steps redone (the last step
+  reached before the kill, less the step resumed after), and where the restore
+  read from: object storage runs are measured with host copies and without;
+- goodput: as many steps as ``--goodput-minutes`` hold at the first mode's median
+  step, with rank 1 SIGKILLed every ``--kill-every`` seconds: those steps at the
+  run's median step time, over the wall time from ``fit()`` to its return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+import raytf
+from raytf.rundir.storage import Storage, join_run_dir
+
+MODES = ("none", "sync", "async", "async+emergency")
+
+
+def loop(config):
+    """The large model's loop: times every step, and how long its restore took."""
+    import keras
+    import tensorflow as tf
+
+    ctx = raytf.get_context()
+    strategy = ctx.strategy
+    width, depth = config["width"], config["depth"]
+    with strategy.scope():
+        layers = [keras.Input((depth,))]
+        layers += [keras.layers.Dense(width, activation="relu") for _ in range(2)]
+        model = keras.Sequential([*layers, keras.layers.Dense(depth)])
+        opt = keras.optimizers.Adam(1e-4)
+    t0 = time.monotonic()
+    start = ctx.restore(model=model, optimizer=opt)
+    restore_s = time.monotonic() - t0
+    x = tf.random.stateless_normal((16, depth), seed=(1, 2))
+
+    def step_fn():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - 0.5) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step():
+        return strategy.reduce("SUM", strategy.run(step_fn), axis=None)
+
+    times = []
+    for step in range(start + 1, config["steps"] + 1):
+        t = time.perf_counter()
+        train_step()
+        ctx.step_end(step)
+        times.append(time.perf_counter() - t)
+    params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+    steps = config["steps"]
+    return {
+        "times": times,
+        "start": start,
+        "restore_s": restore_s,
+        "params": params,
+        "steps": steps,
+    }
+
+
+def _killer(run_dir: str, first_at: int, every_s: float | None, out: list, stop: threading.Event):
+    """SIGKILL rank 1 once it passes ``first_at`` (then every ``every_s``); records
+    (step reached, time) per kill."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            st = Storage(run_dir).read_json("state.json")
+        except (OSError, ValueError):
+            st = {}
+        ready = st.get("state") == "RUNNING" and st.get("attempt", 0) > attempt
+        if ready and (st.get("last_step") or 0) >= (first_at if not out else 0):
+            if out and time.time() - out[-1][1] < every_s:
+                stop.wait(0.2)
+                continue
+            pid = next(w["pid"] for w in st["workers"] if w["rank"] == 1)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            out.append((st["last_step"], time.time()))
+            attempt = st["attempt"]
+            if every_s is None:
+                return
+        stop.wait(0.05)
+
+
+def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copies=True) -> dict:
+    name = f"ck-{mode.replace('+', '-')}-{time.time_ns() % 10**9}"
+    run_dir = join_run_dir(args.storage, name)
+    every = None if mode == "none" else args.checkpoint_every
+    kills: list = []
+    stop = threading.Event()
+    if kill_at is not None or kill_every is not None:
+        threading.Thread(
+            target=_killer, args=(run_dir, kill_at or 0, kill_every, kills, stop), daemon=True
+        ).start()
+    os.environ["RAYTF_HOST_COPY_DIR"] = "/dev/shm" if copies else ""
+    config = {"steps": steps or args.steps, "width": args.width, "depth": args.depth}
+    t0 = time.monotonic()
+    try:
+        result = raytf.Trainer(
+            loop,
+            train_loop_config=config,
+            scaling_config=raytf.ScalingConfig(num_workers=2),
+            run_config=raytf.RunConfig(
+                name=name,
+                storage_path=args.storage,
+                verbose=0,
+                failure_config=raytf.FailureConfig(
+                    max_failures=-1, emergency_checkpoint=mode == "async+emergency"
+                ),
+                checkpoint_config=raytf.CheckpointConfig(
+                    checkpoint_every_steps=every, num_to_keep=2, async_save=mode != "sync"
+                ),
+            ),
+        ).fit()
+    finally:
+        stop.set()
+        os.environ.pop("RAYTF_HOST_COPY_DIR", None)
+    wall = time.monotonic() - t0
+    out = result.worker_results[0]
+    t = np.array(out["times"][5:] if len(out["times"]) > 10 else out["times"])
+    median = float(np.median(t))
+    figs = {
+        "mode": mode,
+        "params": out["params"],
+        "median_step_s": median,
+        "overhead_pct": 100 * (float(t.sum()) - median * len(t)) / (median * len(t)),
+        "wall_s": wall,
+        "steps": out["steps"],
+        "recoveries_s": list(result.recoveries_s),
+        "kills": len(kills),
+    }
+    if result.checkpoint is not None:
+        manifest = Storage(result.checkpoint).read_json("manifest.json")
+        figs["ckpt_mb"] = sum(manifest["files"].values()) / 1e6
+        figs["stall_s"] = manifest["save_seconds"]
+        figs["persist_s"] = manifest["persist_seconds"]
+    if kills and kill_every is None:
+        # The step seen before the kill may lag the real one by a poll: never below 0.
+        figs["redone"] = max(0, kills[0][0] - out["start"])
+        figs["restore_s"] = out["restore_s"]
+    if kill_every is not None:
+        figs["goodput_pct"] = 100 * out["steps"] * median / wall
+    return figs
+
+
+def parse_args(argv) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="raytf bench checkpoints", description=__doc__.split("\n")[0])
+    p.add_argument("--storage", default=None, help="a path or URL (default: a temp dir)")
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--checkpoint-every", type=int, default=20)
+    p.add_argument("--goodput-minutes", type=float, default=10.0, help="0: no goodput run")
+    p.add_argument("--kill-every", type=float, default=60.0)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--width", type=int, default=4096)
+    p.add_argument("--depth", type=int, default=1024)
+    p.add_argument("--smoke", action="store_true", help="a tiny model, short runs (the test)")
+    p.add_argument("--json", default=None, help="file for the raw figures")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.steps, args.width, args.depth, args.checkpoint_every = 60, 64, 32, 10
+        args.goodput_minutes, args.kill_every = 0.5, 10.0
+    args.storage = args.storage or tempfile.mkdtemp(prefix="raytf-bench-ckpt-")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from raytf.group.cluster import ensure_ray
+
+    ensure_ray()
+    kill_at = 2 * args.checkpoint_every  # right on a save: the worst case for an async one
+    figures: dict = {"storage": args.storage, "overhead": [], "recovery": [], "goodput": []}
+
+    def show(kind: str, figs: dict) -> None:
+        figures[kind].append(figs)
+        shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in figs.items()}
+        print(f"bench checkpoints: {kind} {shown}", flush=True)
+
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        show("overhead", one_run(args, mode))
+    copies = [True, False] if not Storage(args.storage).local else [True]
+    for with_copies in copies:
+        figs = one_run(args, "async+emergency", kill_at=kill_at, copies=with_copies)
+        show("recovery", {**figs, "host_copies": with_copies})
+    if args.goodput_minutes > 0:
+        # As many steps as the minutes hold without failures (every rank must stop at
+        # the same step, so the run is sized in steps, not timed).
+        median = figures["overhead"][0]["median_step_s"] if figures["overhead"] else 0.75
+        steps = int(60 * args.goodput_minutes / median)
+        figs = one_run(args, "async+emergency", kill_every=args.kill_every, steps=steps)
+        figs["recovery_median_s"] = statistics.median(figs["recoveries_s"] or [0.0])
+        show("goodput", figs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
