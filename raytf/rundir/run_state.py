@@ -52,12 +52,15 @@ class RunState:
         return state
 
     def add_failure(self, attempt: int, kind: str, cause: BaseException, at: float) -> None:
+        """``step`` is the last step rank 0 reported before the failure: with the
+        resumed step, it tells an operator how much work the failure cost."""
         self.failures.append(
             {
                 "attempt": attempt,
                 "kind": kind,
                 "cause": f"{type(cause).__name__}: {cause}",
                 "time": at,
+                "step": self.last_step,
             }
         )
 

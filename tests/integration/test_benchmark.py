@@ -51,3 +51,30 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     assert all(row["median"] > 0 and row["rounds"] > 0 for row in doc["scale"])
     text = md.read_text()
     assert "| end-to-end" in text and "Control plane" in text and "Machine:" in text
+
+
+def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
+    """``raytf bench checkpoints --smoke`` (a tiny model): the overhead of asynchronous
+    saves, a SIGKILL recovered through an emergency checkpoint with no step redone,
+    and a goodput run with kills; the real figures are in docs/benchmarks.md."""
+    out = tmp_path / "ckpt.json"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "raytf.tools.cli", "bench", "checkpoints", "--smoke"]
+        + ["--modes", "async", "--goodput-minutes", "0.25", "--kill-every", "6"]
+        + ["--storage", str(tmp_path / "runs"), "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    (over,) = doc["overhead"]
+    assert over["mode"] == "async" and over["median_step_s"] > 0 and over["ckpt_mb"] > 0
+    assert over["stall_s"] >= 0 and over["persist_s"] > 0
+    (rec,) = doc["recovery"]
+    assert rec["kills"] == 1 and len(rec["recoveries_s"]) == 1 and rec["recoveries_s"][0] > 0
+    assert rec["redone"] == 0, rec  # the survivors' emergency checkpoint: nothing redone
+    (good,) = doc["goodput"]
+    assert good["kills"] >= 1 and 0 < good["goodput_pct"] <= 100, good

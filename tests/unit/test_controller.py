@@ -1,5 +1,5 @@
 """The driver's state machine, stepped without Ray: a scripted fake worker group and pool,
-held to the same Protocols as the real ones (test_protocols.py)."""
+held to the same Protocols as the real ones (test_layout.py)."""
 
 import dataclasses
 

@@ -200,14 +200,22 @@ def test_set_workers_makes_one_entry_per_rank(tmp_path, storage, clock):
 def test_add_failure_formats_the_cause(tmp_path):
     state = fresh(tmp_path)
     state.add_failure(2, "user_error", ValueError("bad input"), at=12.5)
+    state.last_step = 40  # rank 0's last reported step: where the failure struck
     state.add_failure(3, "worker_died", WorkerDiedError(0, "killed"), at=13.0)
     assert state.failures == [
-        {"attempt": 2, "kind": "user_error", "cause": "ValueError: bad input", "time": 12.5},
+        {
+            "attempt": 2,
+            "kind": "user_error",
+            "cause": "ValueError: bad input",
+            "time": 12.5,
+            "step": None,
+        },
         {
             "attempt": 3,
             "kind": "worker_died",
             "cause": "WorkerDiedError: rank 0 died: killed",
             "time": 13.0,
+            "step": 40,
         },
     ]
 
