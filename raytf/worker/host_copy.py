@@ -67,15 +67,18 @@ class HostCopy:
         ``must_write_tf``: a node leader's exist only for its copy).
         """
         if self.enabled and tf:
-            staging = self.staging()
+            staging = None
             try:
+                staging = self.staging()  # may race another rank's drop of an empty dir
                 fill(staging, True)
                 return staging, True
             except OSError as exc:
-                shutil.rmtree(staging, ignore_errors=True)
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
                 logger.warning("no host copy of this checkpoint (%s): writing it on disk", exc)
             except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
                 raise
         staging = tempfile.mkdtemp(prefix="raytf-")
         try:
@@ -124,13 +127,20 @@ class HostCopy:
         return path
 
     def drop(self) -> None:
-        """The run finished: the copies this process kept are of no further use.
-        Only its own: another rank sharing the directory may still be writing."""
+        """The run finished: the copies this process kept are of no further use, nor
+        are older steps' copies, which processes of earlier attempts kept (a survivor's
+        emergency checkpoint, say: seen left behind, 289 MB, after a run with restarts).
+        The newest step stays where another process kept it: another rank sharing this
+        directory (nodes simulated on one host) may still be storing it."""
         if self.dir is None or not os.path.isdir(self.dir):
             return
-        for name in os.listdir(self.dir):
+        names = os.listdir(self.dir)
+        steps = {n: parse_step_dirname(n) for n in names}
+        newest = max((s for s in steps.values() if s is not None), default=None)
+        for name in names:
             path = os.path.join(self.dir, name)
-            if self._id_of(path) in self._mine:
+            older = steps[name] is not None and steps[name] < newest
+            if older or self._id_of(path) in self._mine:
                 shutil.rmtree(path, ignore_errors=True)
         try:
             os.rmdir(self.dir)

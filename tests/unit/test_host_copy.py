@@ -86,3 +86,12 @@ def test_drop_leaves_what_another_rank_kept(tmp_path):
     )
     theirs.drop()
     assert not os.path.exists(mine.dir)
+
+
+def test_drop_also_removes_older_steps_that_earlier_attempts_kept(tmp_path):
+    earlier = HostCopy("s3://bucket/runs/a", str(tmp_path))  # a survivor, since torn down
+    _write(earlier, 970)  # its emergency checkpoint, restored from by the next attempt
+    last = HostCopy("s3://bucket/runs/a", str(tmp_path))
+    _write(last, 980)
+    last.drop()
+    assert not os.path.exists(last.dir)
