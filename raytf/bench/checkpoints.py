@@ -192,6 +192,7 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--goodput-minutes", type=float, default=10.0, help="0: no goodput run")
     p.add_argument("--kill-every", type=float, default=60.0)
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--parts", default="overhead,recovery,goodput", help="which figures to run")
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--depth", type=int, default=1024)
     p.add_argument("--smoke", action="store_true", help="a tiny model, short runs (the test)")
@@ -219,13 +220,14 @@ def main(argv=None) -> dict:
         print(f"bench checkpoints: {kind} {shown}", flush=True)
 
     modes = [m for m in args.modes.split(",") if m]
-    for mode in modes:
+    parts = set(args.parts.split(","))
+    for mode in modes if "overhead" in parts else []:
         show("overhead", one_run(args, mode))
     copies = [True, False] if not Storage(args.storage).local else [True]
-    for with_copies in copies:
+    for with_copies in copies if "recovery" in parts else []:
         figs = one_run(args, "async+emergency", kill_at=kill_at, copies=with_copies)
         show("recovery", {**figs, "host_copies": with_copies})
-    if args.goodput_minutes > 0:
+    if args.goodput_minutes > 0 and "goodput" in parts:
         # As many steps as the minutes hold without failures (every rank must stop at
         # the same step, so the run is sized in steps, not timed).
         median = figures["overhead"][0]["median_step_s"] if figures["overhead"] else 0.75

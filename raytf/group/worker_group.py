@@ -28,6 +28,12 @@ from raytf.worker.devices import collective_implementation
 logger = logging.getLogger("raytf")
 
 
+def unanswered_for(asked: dict[int, float], listened: float, for_s: float) -> list[int]:
+    """The ranks whose poll, sent at ``asked[rank]``, was still unanswered when the
+    driver last listened (``listened``) ``for_s`` seconds or more later."""
+    return sorted(r for r, sent in asked.items() if listened - sent >= for_s)
+
+
 class WorkerGroup:
     """One attempt's actors, wired into one MWMS; its pool outlives it."""
 
@@ -39,7 +45,8 @@ class WorkerGroup:
         self.promoted = 0
         self.infos: list[WorkerInfo] = []
         self._inflight: list = []
-        self._last_answer: list[float] = []
+        self._sent_at: list[float] = []  # when each rank's outstanding poll was sent
+        self._listened = 0.0  # when the driver last waited for answers
 
     # -- start-up ---------------------------------------------------------
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
@@ -119,9 +126,9 @@ class WorkerGroup:
             ) from None
         except RayActorError as exc:
             raise WorkerSetupError(f"a worker died while starting: {_first_line(exc)}") from None
-        now = time.monotonic()
         self._inflight = [None] * len(self.actors)
-        self._last_answer = [now] * len(self.actors)
+        self._sent_at = [0.0] * len(self.actors)
+        self._listened = 0.0
 
     def _local_ranks(self) -> list[int]:
         seen: dict[str, int] = {}
@@ -140,9 +147,10 @@ class WorkerGroup:
         for rank, actor in enumerate(self.actors):
             if self._inflight[rank] is None:
                 self._inflight[rank] = actor.poll.remote()
+                self._sent_at[rank] = time.monotonic()
         pending = [ref for ref in self._inflight if ref is not None]
         ready, _ = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
-        now = time.monotonic()
+        self._listened = time.monotonic()
         answers = self._get_ready(ready)
         out: list[WorkerPoll | WorkerDiedError | None] = []
         for rank, ref in enumerate(self._inflight):
@@ -154,7 +162,6 @@ class WorkerGroup:
                 answer = WorkerDiedError(rank, _first_line(answer))
             out.append(answer)
             self._inflight[rank] = None
-            self._last_answer[rank] = now
         return out
 
     @staticmethod
@@ -173,8 +180,13 @@ class WorkerGroup:
             return out
 
     def silent_ranks(self, for_s: float) -> list[int]:
-        now = time.monotonic()
-        return [r for r, t in enumerate(self._last_answer) if now - t >= for_s]
+        """Ranks whose outstanding poll went unanswered for ``for_s`` seconds of the
+        driver listening: from when it was sent to the driver's last wait for answers.
+        Not to the present: a driver that stalled after that wait (a commit's write to
+        a storage endpoint that went away for 8 s, seen in a test) did not hear, and
+        would otherwise take every rank it did not ask for silent."""
+        asked = {r: self._sent_at[r] for r, ref in enumerate(self._inflight) if ref is not None}
+        return unanswered_for(asked, self._listened, for_s)
 
     def request_checkpoint(self, reason: str) -> None:
         """Ask the chief to have the whole group save at the next step boundary."""

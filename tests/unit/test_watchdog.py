@@ -99,3 +99,14 @@ def test_recoveries_accumulate_over_restarts():
     dog.attempt_started(101.0, restored_step=20)
     assert dog.on_step(21, 103.25) == 3.25
     assert dog.recoveries_s == [4.0, 3.25]
+
+
+def test_a_rank_is_silent_only_for_time_the_driver_listened():
+    from raytf.group.worker_group import unanswered_for
+
+    # Asked at 10.0 and still unanswered when the driver last waited, at 15.2.
+    assert unanswered_for({0: 10.0, 1: 14.0}, listened=15.2, for_s=5.0) == [0]
+    # A driver that stalled 8 s after its last wait (a commit's write to a storage
+    # endpoint that went away) asks again when it is back: nobody is silent for that.
+    assert unanswered_for({0: 18.0, 1: 18.0}, listened=18.2, for_s=5.0) == []
+    assert unanswered_for({}, listened=100.0, for_s=5.0) == []  # every rank answered
