@@ -92,7 +92,9 @@ def loop(config):
 
 
 def _killer(run_dir: str, first_at: int, every_s: float | None, out: list, stop: threading.Event):
-    """SIGKILL rank 1 once it passes ``first_at`` (then every ``every_s``); records
+    """SIGKILL rank 1 once it passes ``first_at`` (then every ``every_s``, each kill
+    once the run has recovered from the one before: a kill during a restart slower
+    than ``every_s`` would otherwise leave no attempt time to train); records
     (step reached, time) per kill."""
     attempt = 0
     while not stop.is_set():
@@ -101,6 +103,7 @@ def _killer(run_dir: str, first_at: int, every_s: float | None, out: list, stop:
         except (OSError, ValueError):
             st = {}
         ready = st.get("state") == "RUNNING" and st.get("attempt", 0) > attempt
+        ready = ready and len(st.get("recoveries_s", [])) >= len(out)
         if ready and (st.get("last_step") or 0) >= (first_at if not out else 0):
             if out and time.time() - out[-1][1] < every_s:
                 stop.wait(0.2)
@@ -190,6 +193,7 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--goodput-minutes", type=float, default=10.0, help="0: no goodput run")
+    p.add_argument("--goodput-steps", type=int, default=None, help="instead of the minutes")
     p.add_argument("--kill-every", type=float, default=60.0)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--parts", default="overhead,recovery,goodput", help="which figures to run")
@@ -231,7 +235,7 @@ def main(argv=None) -> dict:
         # As many steps as the minutes hold without failures (every rank must stop at
         # the same step, so the run is sized in steps, not timed).
         median = figures["overhead"][0]["median_step_s"] if figures["overhead"] else 0.75
-        steps = int(60 * args.goodput_minutes / median)
+        steps = args.goodput_steps or int(60 * args.goodput_minutes / median)
         figs = one_run(args, "async+emergency", kill_every=args.kill_every, steps=steps)
         figs["recovery_median_s"] = statistics.median(figs["recoveries_s"] or [0.0])
         show("goodput", figs)

@@ -61,7 +61,7 @@ def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
         [sys.executable, "-m", "raytf.tools.cli", "bench", "checkpoints", "--smoke"]
-        + ["--modes", "async", "--goodput-minutes", "0.25", "--kill-every", "6"]
+        + ["--modes", "async", "--goodput-steps", "400", "--kill-every", "8"]
         + ["--storage", str(tmp_path / "runs"), "--json", str(out)],
         env=env,
         capture_output=True,
