@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Callback": "raytf.driver.callbacks",
     "CheckpointConfig": "raytf.config",
     "FailureConfig": "raytf.config",
     "RunConfig": "raytf.config",
@@ -42,6 +43,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Callback",
     "CheckpointConfig",
     "ConfigError",
     "DataShard",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from raytf.data.shard import DataShard
     from raytf.digests import weights_digest
+    from raytf.driver.callbacks import Callback
     from raytf.errors import (
         ConfigError,
         DataShardError,

@@ -174,12 +174,25 @@ class CheckpointConfig:
     at a time, and a checkpoint is committed only once every rank's part is
     stored. ``async_save=False`` writes (and uploads) before the loop goes on,
     through a traced save (``raytf.worker.traced_save``).
+
+    ``checkpoint_score_attribute`` (a metric rank 0 reports) makes
+    ``num_to_keep`` keep the best checkpoints by it (``checkpoint_score_order``
+    ``"max"`` or ``"min"``) instead of the newest, as Ray Train does; the
+    newest is kept as well, since a restart resumes from it. A checkpoint's
+    score is the metric of rank 0's last report at or before its step.
+    ``Result.best_checkpoints`` lists them, best first. At the end of a run
+    that named its Keras model (``ctx.restore(model=...)``), the chief writes
+    ``model/model.keras``, and ``model/saved_model`` when
+    ``export_saved_model``.
     """
 
     num_to_keep: int | None = None
     checkpoint_every_steps: int | None = None
     checkpoint_every_s: float | None = None
     async_save: bool = True
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    export_saved_model: bool = False
 
     def __post_init__(self) -> None:
         _positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
@@ -187,8 +200,22 @@ class CheckpointConfig:
             "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
         )
         _positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
-        if not isinstance(self.async_save, bool):
-            raise ConfigError(f"CheckpointConfig.async_save = {self.async_save!r}: must be a bool")
+        for fname in ("async_save", "export_saved_model"):
+            if not isinstance(getattr(self, fname), bool):
+                raise ConfigError(
+                    f"CheckpointConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
+                )
+        attr = self.checkpoint_score_attribute
+        if attr is not None and (not isinstance(attr, str) or not attr):
+            raise ConfigError(
+                f"CheckpointConfig.checkpoint_score_attribute = {attr!r}: "
+                "must be the name of a reported metric"
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ConfigError(
+                f"CheckpointConfig.checkpoint_score_order = {self.checkpoint_score_order!r}: "
+                "must be 'max' or 'min'"
+            )
 
 
 @dataclass(frozen=True)
@@ -240,7 +267,8 @@ class RunConfig:
     """Where a run keeps its files and how the driver behaves while it runs.
 
     The run directory is ``storage_path/name``: running the same name again
-    finds the same directory (later: the same checkpoints).
+    finds the same directory (later: the same checkpoints). ``callbacks`` are
+    ``raytf.Callback`` objects called on the driver (``raytf.driver.callbacks``).
     """
 
     name: str | None = None
@@ -251,8 +279,18 @@ class RunConfig:
     placement_timeout_s: float = 120.0
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
+    callbacks: tuple = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.callbacks, (list, tuple)):
+            raise ConfigError(f"RunConfig.callbacks = {self.callbacks!r}: must be a list")
+        for cb in self.callbacks:
+            if not hasattr(cb, "on_report"):
+                raise ConfigError(
+                    f"RunConfig.callbacks: {cb!r} is not a raytf.Callback (subclass it and "
+                    "override on_report, on_checkpoint, on_failure, on_restart or on_state)"
+                )
+        object.__setattr__(self, "callbacks", tuple(self.callbacks))
         if self.name is None:
             object.__setattr__(self, "name", time.strftime("raytf_%Y%m%d_%H%M%S"))
         elif not isinstance(self.name, str) or not _NAME_RE.match(self.name):

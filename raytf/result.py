@@ -26,7 +26,9 @@ class Result:
     reports in order (as in Ray Train). ``worker_results`` holds each rank's
     return value of ``train_loop_per_worker``, rank-ordered, so a run can check
     that every worker ended in the same state. ``checkpoint`` is the latest
-    committed checkpoint (a directory), if any. ``failures`` describes each
+    committed checkpoint (a directory), if any; ``best_checkpoints`` the kept
+    ones by ``CheckpointConfig.checkpoint_score_attribute``; ``load_model()``
+    the trained Keras model. ``failures`` describes each
     failure survived or not, ``recoveries_s`` the time from each restart's
     start to the first resumed step, ``preemptions`` the restarts that
     followed a termination notice (not counted as failures), ``resizes`` each
@@ -43,6 +45,8 @@ class Result:
     elapsed_s: float
     worker_results: list[Any] = field(default_factory=list)
     checkpoint: str | None = None
+    # (checkpoint directory, score) of the kept checkpoints, best first (see CheckpointConfig).
+    best_checkpoints: list[tuple[str, float | None]] = field(default_factory=list)
     error: BaseException | None = None
     failures: list[str] = field(default_factory=list)
     recoveries_s: list[float] = field(default_factory=list)
@@ -51,6 +55,16 @@ class Result:
     driver_round_ms: dict[str, float] = field(default_factory=dict)
     # KerasTrainer only: the chief's final weights.
     weights: list[Any] | None = None
+
+    def load_model(self, step: int | None = None) -> Any:
+        """The trained Keras model, on this process, without starting a worker.
+
+        The run's final ``model/model.keras``; with ``step``, checkpoint ``step``'s
+        weights in the model's saved architecture (``raytf.rundir.model_files``).
+        """
+        from raytf.rundir.model_files import load_model
+
+        return load_model(self.path, step)
 
     @property
     def history(self) -> dict[str, list[Any]]:

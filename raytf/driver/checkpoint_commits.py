@@ -21,6 +21,7 @@ from raytf.rundir.checkpoints import (
     latest_intact,
     mark_bad,
     prune,
+    ranked,
 )
 from raytf.rundir.storage import Storage
 
@@ -40,6 +41,40 @@ class CheckpointCommits:
         self._pending: dict[int, dict[int, CheckpointPart]] = defaultdict(dict)
         self._last_save = time.monotonic()
         self._requested_at: float | None = None
+        self._scored: list[tuple[int, float]] = []  # (step, score) from rank 0's reports
+        self._reported_step = -1  # rank 0's newest reported step
+
+    def note_report(self, metrics: dict) -> None:
+        """Rank 0's report: its step, and its score if it carries the score attribute."""
+        attr = self.config.checkpoint_score_attribute
+        value, step = metrics.get(attr) if attr else None, metrics.get("step")
+        if not isinstance(step, int):
+            return
+        self._reported_step = max(self._reported_step, step)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            self._scored.append((step, float(value)))
+
+    def scores(self, final: bool = False) -> dict[int, float | None] | None:
+        """Each kept checkpoint's score: rank 0's last report of the attribute at or before
+        its step (None: never reported). Known once rank 0 reported a later step (its
+        reports of that step are all in: an epoch's end comes after its last batch's), or
+        at the end of the run (``final``); until then the checkpoint is left out."""
+        if not self.config.checkpoint_score_attribute:
+            return None
+        out: dict[int, float | None] = {}
+        for ckpt_step in self.kept:
+            if final or self._reported_step > ckpt_step:
+                before = [value for step, value in self._scored if step <= ckpt_step]
+                out[ckpt_step] = before[-1] if before else None
+        return out
+
+    def best(self) -> list[tuple[int, float | None]]:
+        """Kept checkpoints best first by score (newest first without a score attribute)."""
+        scores = self.scores(final=True)
+        if scores is None:
+            return [(s, None) for s in sorted(self.kept, reverse=True)]
+        order = ranked(list(self.kept), scores, self.config.checkpoint_score_order)
+        return [(s, scores.get(s)) for s in order]
 
     def worker_args(self, keep_last_step: bool = False) -> dict:
         """What each worker's checkpointer needs: where, how often, what to restore, and
@@ -50,6 +85,7 @@ class CheckpointCommits:
             "every_steps": self.config.checkpoint_every_steps,
             "async_save": self.config.async_save,
             "restore_url": self.latest.path if self.latest else None,
+            "model_out": {"saved_model": self.config.export_saved_model},
         }
 
     def restore_point(self) -> CommittedCheckpoint | None:
@@ -84,7 +120,9 @@ class CheckpointCommits:
         self.save_seconds.append(ckpt.manifest["save_seconds"])
         self._last_save = time.monotonic()
         self._requested_at = None
-        removed = prune(self.storage, self.config.num_to_keep)
+        removed = prune(
+            self.storage, self.config.num_to_keep, self.scores(), self.config.checkpoint_score_order
+        )
         self.kept = [s for s in self.kept if s not in removed]
         if removed:
             logger.debug("pruned checkpoints %s", removed)

@@ -19,26 +19,22 @@ restart replaces the whole group (a strategy cannot be re-made in a live
 process) and resumes from the latest committed checkpoint. Policies decide
 (failure, resize, watchdog, checkpoint commits), the controller acts: it
 alone calls the group, the pool and the run's state. Every collaborator comes
-in through the constructor (tests pass fakes: ``raytf.group.protocols``).
+in through the constructor (tests pass fakes: ``raytf.group.protocols``);
+what it does is told to ``RunConfig.callbacks`` through a queue.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
+from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
-from raytf.driver.failure_policy import (
-    Decision,
-    Failure,
-    FailurePolicy,
-    classify,
-)
+from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, classify
 from raytf.driver.listeners import Listeners
 from raytf.driver.outcome import build_result
 from raytf.driver.outputs import Outputs
@@ -65,8 +61,6 @@ from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage
 from raytf.settings import Settings
 
-logger = logging.getLogger("raytf")
-
 
 class Controller:
     def __init__(
@@ -92,6 +86,7 @@ class Controller:
         self.progress = progress
         self.data = data or DataFeed({}, scaling.global_batch_size)
         self.listeners = listeners or Listeners()
+        self.events = DriverCallbacks(run_config.callbacks)
         self.placement_group = placement_group  # a Tune trial's: the workers go in its bundles
         self.group_cls, self.pool_cls = group_cls, pool_cls
         self.settings = settings or Settings.from_env()
@@ -144,16 +139,15 @@ class Controller:
             while not nxt.state.is_terminal:
                 new = Next(State.STOPPED) if self._stop_requested else self._step(nxt)
                 if new.state is not nxt.state:
-                    logger.debug("%s -> %s", nxt.state.value, new.state.value)
+                    self.events.state(nxt.state.value, new.state.value, self.attempt)
                 nxt = new
                 self._save(nxt.state)
         finally:
-            t0 = self.clock()
             self._teardown()
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
-            logger.debug("teardown took %.3f s", self.clock() - t0)
+            self.events.close()
         return self._result(nxt.state)
 
     def _step(self, nxt: Next) -> Next:
@@ -297,6 +291,7 @@ class Controller:
         restart = None
         for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
             self.status.checkpoints = self.ckpts.kept[-20:]
+            self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
             if self.run_config.verbose >= 2:
                 self.progress.message(f"committed checkpoint at step {ckpt.step}")
             restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
@@ -311,6 +306,8 @@ class Controller:
 
     def _take_reports(self, poll: WorkerPoll, now: float) -> None:
         for metrics in self.outputs.add_reports(poll.reports):
+            self.ckpts.note_report(metrics)
+            self.events.emit("on_report", metrics)
             if self.listeners.on_report is not None:
                 self.listeners.on_report(metrics)
         if poll.reports:
@@ -373,6 +370,7 @@ class Controller:
         failure = Failure(classify(cause), cause, self.attempt)
         self.failures.append(failure)
         self.status.add_failure(failure.attempt, failure.kind.value, cause, failure.at)
+        self.events.emit("on_failure", failure.attempt, failure.kind.value, cause)
         return Next(State.RESTARTING, failure)
 
     def _fail(self, cause: BaseException) -> Next:
@@ -396,5 +394,4 @@ class Controller:
             self.group = None
 
     def _result(self, state: State) -> Result:
-        """The run's Result; raises TrainingFailedError (carrying it) unless it finished."""
-        return build_result(self, state.value)
+        return build_result(self, state.value)  # raises TrainingFailedError unless it finished

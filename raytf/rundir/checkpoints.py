@@ -129,7 +129,39 @@ def mark_bad(storage: Storage, step: int, why: str) -> None:
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
 
 
-def prune(storage: Storage, num_to_keep: int | None) -> list[int]:
+def ranked(steps: list[int], scores: dict[int, float | None], order: str) -> list[int]:
+    """``steps`` best first by score (``order`` "max" or "min"); those without a score last,
+    newest first among equals."""
+    sign = -1.0 if order == "max" else 1.0
+
+    def key(step: int) -> tuple:
+        score = scores.get(step)
+        return (score is None, 0.0 if score is None else sign * score, -step)
+
+    return sorted(steps, key=key)
+
+
+def to_drop(
+    done: list[int], num_to_keep: int | None, scores: dict[int, float | None] | None, order: str
+) -> list[int]:
+    """The committed steps beyond ``num_to_keep``: the oldest, or with ``scores`` the worst
+    of those already scored (a checkpoint whose score is not known yet stays). The newest
+    always stays: a restart resumes from it."""
+    if num_to_keep is None or len(done) <= num_to_keep:
+        return []
+    if scores is None:
+        return done[: len(done) - num_to_keep]
+    scored = [s for s in done if s in scores]
+    keep = set(ranked(scored, scores, order)[:num_to_keep]) | {done[-1]}
+    return [s for s in scored if s not in keep]
+
+
+def prune(
+    storage: Storage,
+    num_to_keep: int | None,
+    scores: dict[int, float | None] | None = None,
+    order: str = "max",
+) -> list[int]:
     """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
 
     A directory without a manifest older than the newest commit is the remains
@@ -137,10 +169,9 @@ def prune(storage: Storage, num_to_keep: int | None) -> list[int]:
     """
     done = committed(storage)
     removed = []
-    if num_to_keep is not None and len(done) > num_to_keep:
-        for step in done[: len(done) - num_to_keep]:
-            storage.remove(CKPT_DIR, step_dirname(step))
-            removed.append(step)
+    for step in to_drop(done, num_to_keep, scores, order):
+        storage.remove(CKPT_DIR, step_dirname(step))
+        removed.append(step)
     newest = done[-1] if done else -1
     for step in list_step_dirs(storage):
         if step < newest and step not in done:

@@ -56,6 +56,19 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from raytf.rundir.model_files import export
+
+    out = args.out or ("model.keras" if args.format == "keras" else "saved_model")
+    try:
+        step = export(args.run_dir, out, step=args.step, fmt=args.format)
+    except FileNotFoundError as exc:
+        print(f"raytf export: {exc}", file=sys.stderr)
+        return 2
+    print(f"{out}: checkpoint at step {step} of {args.run_dir} ({args.format})")
+    return 0
+
+
 def _version(_: argparse.Namespace) -> int:
     from raytf import __version__
 
@@ -88,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("args", nargs=argparse.REMAINDER)
     bench.set_defaults(func=_bench)
+    export = sub.add_parser("export", help="write a committed checkpoint as a Keras model file")
+    export.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
+    export.add_argument("--step", type=int, default=None, help="default: the latest checkpoint")
+    export.add_argument("--format", choices=("keras", "saved_model"), default="keras")
+    export.add_argument("--out", default=None, help="default: model.keras or saved_model/")
+    export.set_defaults(func=_export)
     version = sub.add_parser("version", help="print raytf's version")
     version.set_defaults(func=_version)
     return parser

@@ -36,14 +36,14 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import Settings
-from raytf.worker import teardown
+from raytf.worker import keras_fit, model_out, teardown
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.ports import is_port_clash, reserve_port
-from raytf.worker.user_fn import call_user
+from raytf.worker.user_fn import call_user, sendable
 
 
 def _import_tensorflow() -> None:
@@ -77,6 +77,7 @@ class RaytfWorker:
         self._port_sock: socket.socket | None = None
         self._strategy = None
         self._checkpointer: WorkerCheckpointer | None = None
+        self._model_out: dict = {}
         self._run: Future | None = None
         self._ended_at: float | None = None
 
@@ -155,6 +156,7 @@ class RaytfWorker:
         impl = getattr(tf.distribute.experimental.CommunicationImplementation, communication)
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
         teardown.install()  # a run ends when its last step does, not its pipeline's teardown
         return int(self._strategy.num_replicas_in_sync)
 
@@ -169,6 +171,7 @@ class RaytfWorker:
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
+        self._model_out = dict(ckpt.get("model_out") or {})
         self._checkpointer = WorkerCheckpointer(
             storage=Storage(run_dir),
             ckpt_dir=ckpt["dir"],
@@ -201,10 +204,11 @@ class RaytfWorker:
 
     def _guarded(self, fn, config):
         try:
-            result = call_user(fn, config=config)
+            result = sendable(call_user(fn, config=config), self.rank)
             if self._checkpointer is not None:
                 self._checkpointer.flush()  # the last save is stored before the run ends
                 self._checkpointer.host_copy.drop()  # no restart will read it
+                self._save_model()
             return FINISHED, result
         except CheckpointRestoreError as exc:
             return FAILED, exc  # the driver falls back to an older checkpoint
@@ -213,6 +217,17 @@ class RaytfWorker:
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
         finally:
             self._ended_at = time.time()  # lets the driver tell a slow worker from a late poll
+
+    def _save_model(self) -> None:
+        model = self._checkpointer.model
+        if model is None:
+            return
+        try:
+            saved_model = bool(self._model_out.get("saved_model"))
+            model_out.save_final(self._checkpointer.storage, model, self.rank, saved_model)
+        except Exception as exc:  # noqa: BLE001 - the training is done: keep it, say why
+            # Every rank runs the same save, so they all fail alike: no collective is left half-run.
+            print(f"[raytf] rank {self.rank}: the model file was not written ({exc})", flush=True)
 
     def request_checkpoint(self, reason: str) -> None:
         """Chief only: have the group save at the next step boundary."""

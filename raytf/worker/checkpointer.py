@@ -34,7 +34,7 @@ from raytf.errors import CheckpointRestoreError
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage
-from raytf.worker import snapshot
+from raytf.worker import model_out, snapshot
 from raytf.worker.emergency import LastStep, state_file_for
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.restore import build_optimizers, locate, rng_state, set_rng_state
@@ -95,6 +95,7 @@ class WorkerCheckpointer:
         self.stored: CheckpointPart | None = None  # this rank's last part in storage
         self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
+        self.model = None  # the loop's Keras model, once it names one
         self._step_var = None
         self._writer: CheckpointWriter | None = None
         self._lock = threading.Lock()
@@ -127,6 +128,9 @@ class WorkerCheckpointer:
         self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
         self._writer = CheckpointWriter(self.ckpt, trackables)
         self._last_step = 0
+        self.model = model_out.keras_model(trackables)
+        if self.model is not None and self.rank == 0:
+            model_out.write_architecture(self.storage, self.model)  # export needs it
         if self.restore_url is None:
             return 0
         t0 = time.monotonic()
@@ -177,12 +181,14 @@ class WorkerCheckpointer:
                 self._extra[key][1](value)
 
     # -- the training loop's hook ----------------------------------------------
-    def step_end(self, step: int) -> None:
+    def step_end(self, step: int, resumable: bool = True) -> None:
+        """``resumable=False``: the loop cannot resume from this step (Keras's ``fit`` only
+        starts at an epoch), so no on-demand or emergency save is taken here."""
         if self.ckpt is None:
             return
         reason = None
         with self._lock:
-            if self._target is not None and self._target[0] <= step:
+            if resumable and self._target is not None and self._target[0] <= step:
                 # The first boundary at or after the target: every rank calls step_end at
                 # the same steps (one per step, or one per multi-step call), so they agree.
                 reason = self._target[1]
@@ -195,7 +201,7 @@ class WorkerCheckpointer:
             self._save(step, reason)
         if pending and reason is None:
             self._agree_on_next_step(step, pending)
-        if self.last_step is not None:
+        if self.last_step is not None and resumable:
             self.last_step.keep(self, step)
 
     def request(self, reason: str) -> None:

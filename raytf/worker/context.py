@@ -27,6 +27,35 @@ def _to_python(value: Any) -> Any:
     return value
 
 
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def clean_metrics(metrics: Any, rank: int) -> dict[str, Any]:
+    """Metrics as plain Python values, or a TypeError naming the key, the rank and the type.
+
+    Checked where ``report`` is called, so a bad value fails at its source line
+    instead of being stored, plotted and compared as something it is not.
+    """
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
+    clean = {}
+    for key, value in metrics.items():
+        plain = _to_python(value)
+        if not _is_plain(plain):
+            raise TypeError(
+                f"report(): metric {key!r} on rank {rank} is a {type(value).__name__}; "
+                "metrics must be numbers (or strings, bools, lists of them, scalar tensors)"
+            )
+        clean[str(key)] = plain
+    return clean
+
+
 @dataclass
 class _ReportBuffer:
     """What the worker has to tell the driver since the last poll, and what it was told."""
@@ -96,9 +125,7 @@ class TrainContext:
         the number of examples the whole group processed since the last report;
         the driver turns it into examples/s. A ``step`` key drives the progress line.
         """
-        if not isinstance(metrics, dict):
-            raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
-        clean = {str(k): _to_python(v) for k, v in metrics.items()}
+        clean = clean_metrics(metrics, self.rank)
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
 
     def get_dataset_shard(self, name: str) -> Any:
@@ -172,16 +199,18 @@ class TrainContext:
         """Answer one session command; the driver waits for every rank's answer."""
         self._buffer.put(Reply(self.rank, int(command_id), value))
 
-    def step_end(self, step: int) -> None:
+    def step_end(self, step: int, *, resumable: bool = True) -> None:
         """Call after every training step with the global step just finished.
 
         This is where a checkpoint the driver asked for is taken (every rank at
         the same step), and how the driver's watchdog sees progress. It costs a
-        lock when no checkpoint is due.
+        lock when no checkpoint is due. ``resumable=False`` marks a step the loop
+        cannot resume from (inside a Keras ``fit`` epoch): a save the driver asks
+        for, or an emergency one, waits for the next resumable step.
         """
         self._buffer.step = int(step)
         if self._checkpointer is not None:
-            self._checkpointer.step_end(int(step))
+            self._checkpointer.step_end(int(step), resumable)
 
 
 _current: TrainContext | None = None

@@ -36,6 +36,10 @@ def build_optimizers(trackables: dict, strategy) -> None:
 
     models = [t for t in trackables.values() if isinstance(t, keras.Model)]
     variables = [v for m in models for v in m.trainable_variables]
+    if not variables:
+        return
+    # The variables' own strategy: a loop may have made its own MWMS (Ray Train scripts do).
+    strategy = getattr(getattr(variables[0], "value", None), "distribute_strategy", strategy)
     for t in trackables.values():
         if isinstance(t, keras.optimizers.Optimizer) and not t.built and variables:
             with strategy.scope():

@@ -25,3 +25,26 @@ def call_user(fn: Callable[..., Any], *args: Any, config: dict) -> Any:
     if takes_varargs or len(positional) > len(args):
         return fn(*args, config)
     return fn(*args)
+
+
+class UnsendableResultError(TypeError):
+    """What the loop returned cannot travel to the driver."""
+
+
+def sendable(value: Any, rank: int | None) -> Any:
+    """``value`` if Ray can pickle it to the driver, else an error naming the rank and why.
+
+    Checked here, on the worker, so the run fails as the user's error it is
+    rather than as an opaque ``RayTaskError`` from the driver's next poll.
+    """
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
+        raise UnsendableResultError(
+            f"rank {rank}: train_loop_per_worker returned a {type(value).__name__} that cannot "
+            f"be sent to the driver ({type(exc).__name__}: {exc}); return plain values "
+            "(numbers, lists, dicts, NumPy arrays), e.g. model.get_weights() instead of a model"
+        ) from exc
+    return value

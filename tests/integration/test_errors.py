@@ -1,5 +1,6 @@
 """Failures surface on the driver with rank and traceback, and leave nothing behind."""
 
+import re
 import time
 
 import pytest
@@ -105,4 +106,38 @@ def test_elastic_minimum_never_placed_is_a_clear_error(ray_cluster, storage):
         assert isinstance(info.value.causes[0], raytf.PlacementTimeoutError)
     finally:
         ray.util.remove_placement_group(other)
+    assert_nothing_left()
+
+
+def reports_an_object(config):
+    raytf.report({"step": 1, "loss": object()})
+
+
+def returns_a_lock(config):
+    import threading
+
+    return threading.Lock()
+
+
+@pytest.mark.parametrize(
+    "loop, expected",
+    [
+        (reports_an_object, r"metric 'loss' on rank [01] is a object"),
+        (returns_a_lock, r"rank [01]: train_loop_per_worker returned a lock that cannot be sent"),
+    ],
+)
+def test_what_a_loop_reports_or_returns_wrongly_is_named(ray_cluster, storage, loop, expected):
+    trainer = raytf.Trainer(
+        loop,
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(
+            storage_path=storage,
+            verbose=0,
+            failure_config=raytf.FailureConfig(max_failures=1),
+        ),
+    )
+    with pytest.raises(raytf.TrainingFailedError) as info:
+        trainer.fit()
+    assert re.search(expected, str(info.value)), str(info.value)
+    assert info.value.result.attempts == 1  # the user's mistake is not retried
     assert_nothing_left()

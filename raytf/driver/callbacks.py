@@ -1,0 +1,81 @@
+"""Driver-side callbacks: user code told what the run does, never able to stall it.
+
+``RunConfig(callbacks=[...])`` takes ``raytf.Callback`` objects (Ray Train's
+``UserCallback`` in spirit). The controller only puts events on a queue; one
+thread of their own calls the callbacks in order. A slow callback delays the
+callbacks, never the control loop; one that raises is logged, once per
+method, and called again on the next event.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+logger = logging.getLogger("raytf")
+
+_DRAIN_TIMEOUT_S = 30.0  # at the end of a run: how long to wait for slow callbacks
+
+
+class Callback:
+    """Override what you need; each is called on the driver, on the callbacks' thread."""
+
+    def on_report(self, metrics: dict[str, Any]) -> None:
+        """Rank 0 reported ``metrics``."""
+
+    def on_checkpoint(self, step: int, path: str) -> None:
+        """A checkpoint of every rank at ``step`` was committed at ``path``."""
+
+    def on_failure(self, attempt: int, kind: str, error: BaseException) -> None:
+        """Attempt ``attempt`` failed; ``kind`` is raytf's classification."""
+
+    def on_restart(self, attempt: int) -> None:
+        """The group is being started again as attempt ``attempt``."""
+
+    def on_state(self, old: str, new: str) -> None:
+        """The run moved from state ``old`` to ``new`` (SCHEDULING, RUNNING, ...)."""
+
+
+class DriverCallbacks:
+    """The queue and thread between the controller and the user's callbacks."""
+
+    def __init__(self, callbacks: list[Callback] | tuple = ()):
+        self.callbacks = list(callbacks)
+        self._queue: queue.Queue = queue.Queue()
+        self._failed: set[tuple[int, str]] = set()
+        self._thread: threading.Thread | None = None
+        if self.callbacks:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="raytf-callbacks")
+            self._thread.start()
+
+    def emit(self, method: str, *args: Any) -> None:
+        """Called by the controller: returns at once."""
+        if self._thread is not None:
+            self._queue.put((method, args))
+
+    def state(self, old: str, new: str, attempt: int) -> None:
+        self.emit("on_state", old, new)
+        if old == "RESTARTING" and new == "SCHEDULING":
+            self.emit("on_restart", attempt + 1)
+
+    def close(self) -> None:
+        """Let the callbacks see every event of the run (bounded wait), then stop the thread."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        self._thread.join(_DRAIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            logger.warning("callbacks still busy after %.0f s: not waiting", _DRAIN_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            method, args = item
+            for i, cb in enumerate(self.callbacks):
+                try:
+                    getattr(cb, method)(*args)
+                except Exception:  # noqa: BLE001 - a callback's bug must not end the run
+                    if (i, method) not in self._failed:
+                        self._failed.add((i, method))
+                        logger.exception("callback %r.%s raised", cb, method)

@@ -1,0 +1,216 @@
+"""Ray Train's TensorFlow API on raytf: move a ``TensorflowTrainer`` script by its imports.
+
+    from raytf.integrations import ray_train as train
+    from raytf.integrations.ray_train import (
+        Checkpoint, ReportCheckpointCallback, RunConfig, ScalingConfig, TensorflowTrainer)
+
+What such scripts call, and what it does here:
+
+- ``TensorflowTrainer(train_loop_per_worker, train_loop_config=, scaling_config=,
+  run_config=, datasets=)`` is ``raytf.Trainer``; ``fit()`` returns its
+  ``Result`` with ``checkpoint`` the latest reported ``Checkpoint``.
+- ``train.report(metrics, checkpoint=None)``: metrics as ``raytf.report``; a
+  checkpoint (a directory) from rank 0 is stored under the run directory's
+  ``train_checkpoints/`` and named the latest only once every file is stored.
+  Other ranks' checkpoint directories are not kept (MWMS replicas are alike).
+- ``train.get_checkpoint()``: the latest reported checkpoint, or None. After a
+  failure raytf restarts the whole group and the loop runs again: it finds
+  its last checkpoint here, as under Ray Train.
+- ``train.get_context()``: ``get_world_rank()``, ``get_world_size()``,
+  ``get_local_rank()``, ``get_node_rank()``.
+- ``os.environ["TF_CONFIG"]`` is set before the loop runs, and the loop's own
+  ``tf.distribute.MultiWorkerMirroredStrategy()`` joins the group raytf
+  already made (docs/migrating_from_ray_train.md says why that holds).
+
+raytf's own coordinated checkpoints (every rank's state at one step, exact
+resume, emergency saves) need ``raytf.get_context().restore(...)``; a moved
+script may switch to them later, line by line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import keras
+
+from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from raytf.keras.report_callback import ReportCheckpointLogic
+from raytf.result import Result
+from raytf.rundir.storage import Storage
+from raytf.trainer import Trainer
+from raytf.worker.context import get_context as _raytf_context
+from raytf.worker.context import get_dataset_shard
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "ReportCheckpointCallback",
+    "RunConfig",
+    "ScalingConfig",
+    "TensorflowTrainer",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "report",
+]
+
+CHECKPOINTS = "train_checkpoints"
+LATEST = "latest.txt"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A directory of files, local or in object storage (Ray Train's ``Checkpoint``)."""
+
+    path: str
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
+        return cls(os.fspath(path))
+
+    def to_directory(self, path: str | None = None) -> str:
+        """Copy the files into ``path`` (a new temporary directory by default)."""
+        path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
+        Storage(self.path).download_dir(path)
+        return path
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local directory holding the files, for the ``with`` block."""
+        if Storage(self.path).local:
+            yield self.path
+            return
+        path = self.to_directory()
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class _Context:
+    """Ray Train's ``TrainContext`` methods that TF scripts call."""
+
+    def __init__(self, ctx: Any):
+        self._ctx = ctx
+
+    def get_world_rank(self) -> int:
+        return self._ctx.rank
+
+    def get_world_size(self) -> int:
+        return self._ctx.world_size
+
+    def get_local_rank(self) -> int:
+        return self._ctx.local_rank
+
+    def get_node_rank(self) -> int:
+        return self._ctx.rank - self._ctx.local_rank
+
+
+def get_context() -> _Context:
+    return _Context(_raytf_context())
+
+
+def _storage() -> Storage:
+    return Storage(_raytf_context().run_dir)
+
+
+def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
+    """Report metrics; rank 0's ``checkpoint`` is stored, then named the latest."""
+    ctx = _raytf_context()
+    ctx.report(metrics)
+    if checkpoint is None or ctx.rank != 0:
+        return
+    storage = _storage()
+    taken = (
+        [n for n in storage.listdir(CHECKPOINTS) if n.startswith("checkpoint_")]
+        if (storage.exists(CHECKPOINTS))
+        else []
+    )
+    name = f"checkpoint_{len(taken):06d}"
+    if storage.local:
+        storage.makedirs(CHECKPOINTS, name)
+    src = checkpoint.path
+    files = [f for f in os.listdir(src) if os.path.isfile(os.path.join(src, f))]
+    storage.upload_dir(src, CHECKPOINTS, name, names=files)
+    storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)  # whole, or the previous one
+
+
+def latest_checkpoint(run_dir: str) -> Checkpoint | None:
+    storage = Storage(run_dir)
+    if not storage.exists(CHECKPOINTS, LATEST):
+        return None
+    with storage.fs.open(storage.path(CHECKPOINTS, LATEST), "r") as f:
+        name = f.read().strip()
+    return Checkpoint(storage.url(CHECKPOINTS, name))
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The latest checkpoint reported in this run (by an earlier attempt too), or None."""
+    return latest_checkpoint(_raytf_context().run_dir)
+
+
+def _as_set(value: str | list[str]) -> set[str]:
+    return {value} if isinstance(value, str) else set(value)
+
+
+class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
+    """Ray Train's Keras callback: report logs, and ``model.keras`` as a checkpoint, at
+    epoch ends (``checkpoint_on`` / ``report_metrics_on``: "epoch_end" or "train_batch_end")."""
+
+    def __init__(
+        self,
+        checkpoint_on: str | list[str] = "epoch_end",
+        report_metrics_on: str | list[str] = "epoch_end",
+        metrics: str | list[str] | dict[str, str] | None = None,
+    ):
+        super().__init__()
+        self._setup(report_every=1, global_batch_size=None)
+        self.checkpoint_on = _as_set(checkpoint_on)
+        self.report_on = _as_set(report_metrics_on)
+        self.metrics = metrics
+
+    def _pick(self, logs: dict) -> dict:
+        if self.metrics is None:
+            return dict(logs)
+        if isinstance(self.metrics, str):
+            return {self.metrics: logs[self.metrics]}
+        if isinstance(self.metrics, dict):
+            return {name: logs[key] for name, key in self.metrics.items()}
+        return {key: logs[key] for key in self.metrics}
+
+    def _handle(self, when: str, logs: dict | None) -> None:
+        if when not in self.report_on and when not in self.checkpoint_on:
+            return
+        metrics = self._pick(logs or {}) if when in self.report_on else {}
+        if when not in self.checkpoint_on:
+            report(metrics)
+            return
+        scratch = tempfile.mkdtemp(prefix="raytf-keras-ckpt-")
+        try:
+            self.model.save(os.path.join(scratch, "model.keras"))  # every rank: MWMS reads
+            report(metrics, checkpoint=Checkpoint.from_directory(scratch))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.step += 1
+        _raytf_context().step_end(self.step)
+        self._handle("train_batch_end", logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._handle("epoch_end", logs)
+
+
+class TensorflowTrainer(Trainer):
+    """Ray Train's ``TensorflowTrainer`` signature on ``raytf.Trainer``."""
+
+    def fit(self) -> Result:
+        result = super().fit()
+        return replace(result, checkpoint=latest_checkpoint(result.path))  # type: ignore[arg-type]

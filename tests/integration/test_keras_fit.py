@@ -1,0 +1,155 @@
+"""Keras 3's own ``model.fit`` in a ``Trainer`` loop on 2 MWMS workers, a Ray Train script
+moved by its imports, and the trained model out of the run (export, load, best checkpoints).
+
+One reference run of jobs/train_keras_fit.py serves the metric, best-checkpoint and export
+tests; the SIGKILL test runs the same arguments and must end with the same weights.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jobs.train_keras_fit import validation_set
+from raytf.rundir.checkpoints import committed
+from raytf.rundir.storage import Storage
+
+from .jobrun import ROOT, JobRun
+from .test_keras import forward
+
+pytestmark = pytest.mark.slow
+
+FIT_JOB = os.path.join(ROOT, "jobs", "train_keras_fit.py")
+RAY_TRAIN_JOB = os.path.join(ROOT, "jobs", "ray_train_tf.py")
+SEED = 3
+# 3 epochs of 16 steps, a checkpoint at each epoch end (16, 32, 48); keep the best by val_loss.
+ARGS = ["--workers", "2", "--epochs", "3", "--steps-per-epoch", "16", "--seed", str(SEED)]
+ARGS += ["--checkpoint-every", "16", "--keep", "1", "--score", "val_loss", "--score-order", "min"]
+ARGS += ["--return-weights", "--max-failures", "1", "--step-sleep", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def reference(cluster_env, tmp_path_factory):
+    storage = str(tmp_path_factory.mktemp("keras-fit"))
+    run = JobRun(storage, "ref", *ARGS, env=cluster_env, job=FIT_JOB).start()
+    rc, summary = run.finish()
+    assert rc == 0 and summary, run.output()[-3000:]
+    return summary
+
+
+def sparse_ce(logits, labels):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-log_p[np.arange(len(labels)), labels].mean())
+
+
+def test_fit_learns_and_its_validation_metrics_cover_every_worker(reference):
+    history = reference["history"]
+    assert len(history["loss"]) == 3 and history["loss"][-1] < history["loss"][0]
+    assert reference["digests_agree"] and reference["steps"] == 48
+    weights = [np.asarray(w, dtype=np.float32) for w in reference["weights"]]
+    xv, yv = validation_set(SEED)
+    logits = forward(weights, xv)
+    accuracy = float((logits.argmax(axis=1) == yv).mean())  # all 512 examples, both shards
+    assert history["val_accuracy"][-1] == pytest.approx(accuracy, abs=1e-6)
+    assert reference["evaluate"]["accuracy"] == pytest.approx(accuracy, abs=1e-6)
+    assert history["val_loss"][-1] == pytest.approx(sparse_ce(logits, yv), rel=1e-4)
+    np.testing.assert_allclose(reference["predictions"], logits[:8], rtol=1e-4, atol=1e-5)
+
+
+def test_the_best_checkpoint_by_val_loss_is_kept_beside_the_newest(reference):
+    val_loss = reference["history"]["val_loss"]
+    epoch_end_steps = [16, 32, 48]
+    best_step = epoch_end_steps[int(np.argmin(val_loss))]
+    assert committed(Storage(reference["run_dir"])) == sorted({best_step, 48})
+    best_path, best_score = reference["best_checkpoints"][0]
+    assert best_path.endswith(f"step_{best_step:09d}") and best_score == min(val_loss)
+
+
+def raytf_cli(*args):
+    proc = subprocess.run(
+        [sys.executable, "-m", "raytf.tools.cli", *args], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_the_model_loads_on_the_driver_and_exports_from_any_checkpoint(reference, tmp_path):
+    import keras
+
+    from raytf.result import Result
+
+    xv, _ = validation_set(SEED)
+    chief = np.asarray(reference["predictions"])
+    result = Result(
+        metrics={}, metrics_history=[], path=reference["run_dir"], attempts=1, elapsed_s=0
+    )
+    final = result.load_model()  # RUN_DIR/model/model.keras, written by the chief
+    np.testing.assert_allclose(final.predict(xv[:8], verbose=0), chief, rtol=1e-5, atol=1e-6)
+
+    out = str(tmp_path / "final.keras")
+    assert "step 48" in raytf_cli("export", reference["run_dir"], "--out", out)
+    exported = keras.models.load_model(out)  # checkpoint 48 = the end of training
+    np.testing.assert_allclose(exported.predict(xv[:8], verbose=0), chief, rtol=1e-5, atol=1e-6)
+
+    steps = committed(Storage(reference["run_dir"]))
+    if len(steps) > 1:  # the best epoch was not the last: its weights differ from the end's
+        older = str(tmp_path / "best_saved_model")
+        raytf_cli(
+            "export",
+            reference["run_dir"],
+            "--step",
+            str(steps[0]),
+            "--format",
+            "saved_model",
+            "--out",
+            older,
+        )
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(older)  # held: its functions need its variables
+        served = loaded.serve(xv[:8]).numpy()
+        by_step = result.load_model(step=steps[0]).predict(xv[:8], verbose=0)
+        np.testing.assert_allclose(served, by_step, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(served, chief)
+
+
+def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster_env, storage):
+    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=FIT_JOB).start()
+    try:
+        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=22))
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    assert summary["weights_digest"] == reference["weights_digest"]
+    assert summary["history"] == reference["history"]
+    assert "restored step 16" in run.output()
+
+
+def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, storage):
+    """Its own MWMS, TF_CONFIG read by hand, report(checkpoint=), get_checkpoint() after a
+    SIGKILL, world rank and size from the context."""
+    args = ["--workers", "2", "--epochs", "4", "--steps-per-epoch", "48", "--max-failures", "1"]
+    run = JobRun(storage, "ray-train", *args, env=cluster_env, job=RAY_TRAIN_JOB).start()
+    try:
+        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=60))
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 2
+    workers = summary["workers"]
+    assert [(w["rank"], w["world_size"]) for w in workers] == [(0, 2), (1, 2)]
+    assert all(w["resumed"] for w in workers)  # the restarted loop found its checkpoint
+    assert workers[0]["history"] == workers[1]["history"]
+    reported = sorted(os.listdir(os.path.join(run.run_dir, "train_checkpoints")))
+    # One per epoch end: at least one before the kill, four in the restarted attempt.
+    assert len([n for n in reported if n.startswith("checkpoint_")]) >= 5
+    assert summary["checkpoint"].endswith(reported[-2])  # latest.txt sorts last
+    with open(os.path.join(summary["checkpoint"], "model.keras"), "rb") as f:
+        assert f.read(2) == b"PK"  # a .keras file is a zip

@@ -1,0 +1,64 @@
+"""Driver-side callbacks run on a thread of their own: the control loop only enqueues."""
+
+import threading
+import time
+
+import pytest
+
+from raytf import Callback, ConfigError, RunConfig
+from raytf.driver.callbacks import DriverCallbacks
+
+
+class Recorder(Callback):
+    def __init__(self, gate=None):
+        self.events = []
+        self.gate = gate
+
+    def on_report(self, metrics):
+        if self.gate is not None:
+            self.gate.wait()
+        self.events.append(("report", metrics["step"]))
+
+    def on_state(self, old, new):
+        self.events.append(("state", old, new))
+
+    def on_restart(self, attempt):
+        self.events.append(("restart", attempt))
+
+
+class Broken(Callback):
+    def on_report(self, metrics):
+        raise RuntimeError("bug in a callback")
+
+
+def test_a_blocked_callback_never_blocks_emit_and_sees_every_event_in_order():
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    runner = DriverCallbacks([Broken(), recorder])
+    t0 = time.monotonic()
+    for step in range(100):
+        runner.emit("on_report", {"step": step})
+    runner.state("RUNNING", "RESTARTING", 1)
+    runner.state("RESTARTING", "SCHEDULING", 1)
+    assert time.monotonic() - t0 < 0.5 and recorder.events == []
+    gate.set()
+    runner.close()
+    assert recorder.events[:100] == [("report", s) for s in range(100)]
+    assert recorder.events[100:] == [
+        ("state", "RUNNING", "RESTARTING"),
+        ("state", "RESTARTING", "SCHEDULING"),
+        ("restart", 2),
+    ]
+
+
+def test_no_callbacks_no_thread():
+    runner = DriverCallbacks([])
+    runner.emit("on_report", {"step": 1})
+    runner.close()
+    assert runner._thread is None
+
+
+def test_run_config_refuses_what_is_not_a_callback():
+    with pytest.raises(ConfigError, match="is not a raytf.Callback"):
+        RunConfig(callbacks=[print])
+    assert RunConfig(callbacks=[Recorder()]).callbacks[0].events == []

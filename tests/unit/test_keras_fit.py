@@ -1,0 +1,47 @@
+"""The narrow Keras patch behind ``model.fit`` under multi-worker MWMS (raytf.worker.keras_fit).
+
+The first test is the tripwire the patch promises: it fails as soon as the
+installed Keras is not a version the patch was checked against, or no longer
+has the code it works around (then re-run the multi-worker ``fit`` test without
+the patch, and drop or adapt it). The multi-worker behaviour itself is tested
+on real MWMS workers in tests/integration/test_keras_fit.py.
+"""
+
+import numpy as np
+import pytest
+
+from raytf.worker import keras_fit
+
+
+def test_installed_keras_still_has_the_code_the_patch_works_around():
+    assert keras_fit.why_not_patchable() is None
+
+
+def test_an_unchecked_keras_version_is_left_unpatched(monkeypatch):
+    monkeypatch.setattr(keras_fit, "keras_version", lambda: "3.99.0")
+    assert "3.99.0 is not one of the versions checked" in keras_fit.why_not_patchable()
+
+
+def test_the_patched_fit_delegates_to_keras_outside_multi_worker_mwms():
+    import keras
+
+    assert keras_fit.install() and keras_fit.install()  # once per process, idempotent
+    from keras.src.backend.tensorflow import trainer
+
+    assert trainer.reduce_per_replica.__wrapped__ is not None
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+
+
+def test_steps_per_execution_above_one_is_refused_with_what_to_use():
+    class Model:
+        steps_per_execution = 4
+
+    with pytest.raises(keras_fit.KerasMultiWorkerError, match="steps_per_execution=1"):
+        keras_fit.check_steps_per_execution(Model())
+    Model.steps_per_execution = 1
+    keras_fit.check_steps_per_execution(Model())
