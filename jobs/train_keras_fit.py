@@ -20,6 +20,7 @@ import time
 import ray
 
 import raytf
+import raytf.keras
 from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
 from raytf.digests import weights_digest
 
@@ -34,8 +35,6 @@ def validation_set(seed: int):
 def train_loop(config: dict) -> dict:
     import keras
     import tensorflow as tf
-
-    from raytf.keras.report_callback import ReportCheckpointCallback
 
     keras.utils.set_random_seed(config["seed"])
     strategy = raytf.get_context().strategy  # was: tf.distribute.MirroredStrategy()
@@ -53,7 +52,7 @@ def train_loop(config: dict) -> dict:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    callback = ReportCheckpointCallback(config["report_every"], config["batch_size"])
+    callback = raytf.keras.ReportCheckpointCallback(config["report_every"], config["batch_size"])
     callbacks = [callback]
     if config["step_sleep"]:  # tests: time to signal a worker mid-fit
         pause = keras.callbacks.LambdaCallback(

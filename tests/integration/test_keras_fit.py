@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+import raytf
 from jobs.train_keras_fit import validation_set
 from raytf.rundir.checkpoints import committed
 from raytf.rundir.storage import Storage
@@ -153,3 +154,37 @@ def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, stor
     assert summary["checkpoint"].endswith(reported[-2])  # latest.txt sorts last
     with open(os.path.join(summary["checkpoint"], "model.keras"), "rb") as f:
         assert f.read(2) == b"PK"  # a .keras file is a zip
+
+
+def tensorflow_idiom():
+    """TensorFlow's single-machine code with its strategy line changed, nothing else."""
+    import keras
+    import tensorflow as tf
+
+    from raytf.data.synthetic import NUM_CLASSES, make_dataset
+
+    strategy = raytf.get_context().strategy  # was: tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential(
+            [keras.layers.Dense(32, activation="relu"), keras.layers.Dense(NUM_CLASSES)]
+        )
+        model.compile(
+            optimizer="adam",
+            metrics=["accuracy"],
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    x, y = make_dataset(0)
+    train_dataset = tf.data.Dataset.from_tensor_slices((x[:2048], y[:2048])).batch(64)
+    history = model.fit(train_dataset, epochs=3, verbose=0)
+    return history.history
+
+
+def test_tensorflows_idiom_runs_with_its_strategy_line_changed(ray_cluster, storage):
+    result = raytf.Trainer(
+        tensorflow_idiom,
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    first, second = result.worker_results
+    assert first == second  # global metrics: every rank reads the same values
+    assert first["loss"][-1] < first["loss"][0]
