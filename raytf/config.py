@@ -52,6 +52,10 @@ class ScalingConfig:
     committed checkpoint. ``global_batch_size``, when given, is what stays
     fixed across resizes: world sizes it does not split over are skipped.
 
+    ``num_workers=0`` is local mode (Ray Train's name): the training function
+    runs in the calling process with a one-device strategy and the same context
+    API, for a plain debugger (``raytf.local_mode``).
+
     ``use_gpu`` gives every worker one GPU unless ``resources_per_worker`` asks
     for more (one worker per node holding all of its GPUs is the usual layout:
     MWMS then mirrors across that node's GPUs). ``placement_strategy`` is a Ray
@@ -75,9 +79,10 @@ class ScalingConfig:
                     "with integers 1 <= min <= max"
                 )
             object.__setattr__(self, "num_workers", tuple(n) if n[0] < n[1] else n[0])
-        elif not _is_count(n):
+        elif not _is_count(n) and not (n == 0 and not isinstance(n, bool)):
             raise ConfigError(
-                f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1, or (min, max)"
+                f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1, (min, max), "
+                "or 0 for local mode (the loop runs in this process, without Ray)"
             )
         wait = self.elastic_wait_s
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
@@ -121,11 +126,21 @@ class ScalingConfig:
         return int(self.worker_resources().get("GPU", 0))
 
     @property
+    def is_local(self) -> bool:
+        """``num_workers=0``: local mode (``raytf.local_mode``)."""
+        return self.num_workers == 0
+
+    @property
     def is_elastic(self) -> bool:
         return isinstance(self.num_workers, tuple)
 
     def require_fixed_size(self, who: str, why: str) -> None:
-        """Refuse an elastic group where ``who`` needs one size; ``why`` says what for."""
+        """Refuse an elastic group (or local mode) where ``who`` needs one size of workers."""
+        if self.is_local:
+            raise ConfigError(
+                f"ScalingConfig.num_workers = 0 (local mode): {who} needs worker processes; "
+                "give num_workers >= 1"
+            )
         if self.is_elastic:
             raise ConfigError(
                 f"ScalingConfig.num_workers = {self.num_workers}: {who} {why}; "

@@ -20,7 +20,8 @@ class Trainer:
     each worker after the strategy exists; it reaches the strategy, its rank
     and ``report`` through ``raytf.get_context()``. ``datasets`` maps names to
     Ray Data datasets: each worker reads its equal shard with
-    ``raytf.get_dataset_shard(name)``.
+    ``raytf.get_dataset_shard(name)``. ``ScalingConfig(num_workers=0)`` runs the
+    loop in this process instead (``raytf.local_mode``).
     """
 
     def __init__(
@@ -47,7 +48,8 @@ class Trainer:
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.datasets = check_datasets(datasets)
-        check_batch_splits(self.scaling_config)
+        if not self.scaling_config.is_local:
+            check_batch_splits(self.scaling_config)
 
     def run_spec(self) -> RunSpec:
         """What this trainer runs, as the driver takes it."""
@@ -61,6 +63,11 @@ class Trainer:
 
     def fit(self) -> Result:
         """Train to the end and return the Result; raise TrainingFailedError otherwise."""
+        if self.scaling_config.is_local:
+            from raytf.local_mode import run_locally
+
+            spec = self.run_spec()
+            return run_locally(spec.fn, spec.config, spec.scaling, spec.run_config, spec.datasets)
         return make_controller(self.run_spec()).run()
 
     def as_trainable(self):

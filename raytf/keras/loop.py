@@ -17,6 +17,7 @@ optimizer variable, is restored.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,12 +28,13 @@ from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.digests import weights_digest
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank
-from raytf.keras.steps import make_test_function, make_train_function
+from raytf.keras.steps import check_step_mode, make_test_function, make_train_function
 from raytf.worker.context import TrainContext, get_context
 from raytf.worker.user_fn import call_user
 
-# Session commands that run no collective, so an error in one leaves the group usable.
-LOCAL_OPS = ("set_learning_rate", "describe", "get_weights")
+# Session commands whose error is an answer: the group stays usable when every rank raised
+# alike (no collective left half-run). ``run`` is the user's function on every rank.
+ANSWERING_OPS = ("set_learning_rate", "describe", "get_weights", "run")
 SESSION_ERROR_KEY = "__raytf_error__"
 
 
@@ -86,7 +88,16 @@ class KerasWorkerRun:
         if spec.validation_fn is not None:
             self.val_iterator = iter(self._distribute(spec.validation_fn, self.validation_steps, 0))
         self.train_fn = make_train_function(self.model, self.strategy, spec.step_mode)
+        self._train_fns = {spec.step_mode: self.train_fn}  # a Session may switch per command
         self.test_fn = make_test_function(self.model, self.strategy, spec.step_mode)
+
+    def train_fn_for(self, step_mode: str | None):
+        """The train function of ``step_mode`` (built once, on first use)."""
+        mode = step_mode or self.spec.step_mode
+        if mode not in self._train_fns:
+            check_step_mode(mode, self.spec.steps_per_call)
+            self._train_fns[mode] = make_train_function(self.model, self.strategy, mode)
+        return self._train_fns[mode]
 
     # -- set-up ---------------------------------------------------------------
     def _build_model(self):
@@ -195,12 +206,15 @@ class KerasWorkerRun:
             var.assign(np.asarray(value, dtype=var.dtype))
 
     # -- running ----------------------------------------------------------------
-    def run_steps(self, n: int, on_call: Callable[[dict], None] | None = None) -> dict:
+    def run_steps(
+        self, n: int, on_call: Callable[[dict], None] | None = None, train_fn: Any = None
+    ) -> dict:
         """Run ``n`` training steps in calls of ``steps_per_call``; metrics after the last."""
         logs: dict = {}
+        train_fn = train_fn or self.train_fn
         while n > 0:
             k = min(self.spec.steps_per_call, n)
-            logs = {key: float(v) for key, v in self.train_fn(self.iterator, k).items()}
+            logs = {key: float(v) for key, v in train_fn(self.iterator, k).items()}
             self.step += k
             n -= k
             if on_call is not None:
@@ -305,12 +319,13 @@ class KerasWorkerRun:
             if op == "close":
                 ctx.reply(cid, self._describe())
                 return {"weights_digest": self.digest(), "steps": self.step}
-            if op in LOCAL_OPS:
-                # No collective runs in these: an error is an answer, not the group's end.
+            if op in ANSWERING_OPS:
+                # An error is an answer, not the group's end: these run no collective, or
+                # (``run``) the user's function, whose every rank answers with its traceback.
                 try:
                     ctx.reply(cid, self._handle(op, command.args))
-                except Exception as exc:  # noqa: BLE001 - shown to the session's user
-                    ctx.reply(cid, {SESSION_ERROR_KEY: f"{type(exc).__name__}: {exc}"})
+                except Exception:  # noqa: BLE001 - shown to the session's user
+                    ctx.reply(cid, {SESSION_ERROR_KEY: traceback.format_exc()})
                 continue
             ctx.reply(cid, self._handle(op, command.args))
 
@@ -323,7 +338,8 @@ class KerasWorkerRun:
             def after_call(logs: dict) -> None:
                 ctx.step_end(self.step)
 
-            logs = self.run_steps(int(args["steps"]), after_call)
+            train_fn = self.train_fn_for(args.get("step_mode"))
+            logs = self.run_steps(int(args["steps"]), after_call, train_fn)
             ctx.report(
                 {"step": self.step, **logs},
                 examples=(self.step - first) * self.spec.global_batch_size,
@@ -341,6 +357,8 @@ class KerasWorkerRun:
             return self._describe()
         if op == "get_weights":
             return self.model.get_weights() if ctx.is_chief else None
+        if op == "run":
+            return args["fn"](self, *args["args"], **args["kwargs"])
         raise ConfigError(f"unknown session command {op!r}")
 
     def _describe(self) -> dict:

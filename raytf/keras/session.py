@@ -11,6 +11,8 @@ the learning rate, checkpoint, run more, close::
         s.evaluate()                 # global metrics over the validation set
         s.set_learning_rate(1e-4)
         s.checkpoint()               # committed, like any raytf checkpoint
+        s.fit(steps=1, step_mode="eager")   # print() / breakpoint() inside the model
+        s.run(lambda w: float(w.model.layers[0].kernel.numpy().std()))  # one value per rank
         s.fit(steps=50)
 
 The driver's controller runs in a background thread, exactly as under
@@ -34,6 +36,7 @@ from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
 from raytf.errors import ConfigError, RaytfError
 from raytf.keras.loop import SESSION_ERROR_KEY, FitSpec, run_session
+from raytf.keras.steps import check_step_mode
 from raytf.keras.trainer import check_fit_options, known_replicas
 from raytf.messages import Command, Reply
 from raytf.result import Result
@@ -121,7 +124,9 @@ class Session:
             self._cond.notify_all()
 
     # -- commands -----------------------------------------------------------------
-    def _wait(self, command_id: int, timeout_s: float | None, what: str) -> Any:
+    def _wait(
+        self, command_id: int, timeout_s: float | None, what: str, gather: bool = False
+    ) -> Any:
         world = self.scaling.num_workers
         with self._cond:
             ok = self._cond.wait_for(
@@ -136,15 +141,21 @@ class Session:
                 if isinstance(v, dict) and SESSION_ERROR_KEY in v
             }
             if errors:
-                raise RaytfError(f"session: {what} failed: {errors[min(errors)]}")
-            return answers[0]
+                first = min(errors)
+                raise RaytfError(
+                    f"session: {what} failed on rank(s) {sorted(errors)}; rank {first}: "
+                    f"{errors[first]}"
+                )
+            return [answers[r] for r in sorted(answers)] if gather else answers[0]
         if self._error is not None:
             raise self._error
         if not ok:
             raise TimeoutError(f"session: {what} got no answer from every rank in {timeout_s} s")
         raise SessionClosedError(f"session: the worker group ended before {what} finished")
 
-    def _call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+    def _call(
+        self, op: str, timeout_s: float | None = None, gather: bool = False, **args: Any
+    ) -> Any:
         if self._done:
             if self._error is not None:
                 raise SessionClosedError(f"session ended with an error: {self._error}")
@@ -152,13 +163,32 @@ class Session:
         command = Command(next(self._ids), op, args)
         if not self._controller.send_command(command):  # every rank runs it, in the same order
             raise SessionClosedError("session has no worker group")
-        return self._wait(command.id, timeout_s, op)
+        return self._wait(command.id, timeout_s, op, gather)
 
-    def fit(self, steps: int) -> dict[str, float]:
-        """Run ``steps`` global training steps; global metrics over those steps."""
+    def fit(self, steps: int, step_mode: str | None = None) -> dict[str, float]:
+        """Run ``steps`` global training steps; global metrics over those steps.
+
+        ``step_mode`` ("eager", "compiled", "xla") applies to this command only: one
+        eager step to ``print`` or stop in a debugger on a rank, then compiled again.
+        """
         if not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"steps = {steps!r}: must be a positive int")
-        return self._call("fit", steps=steps)
+        if step_mode is not None:
+            check_step_mode(step_mode, 1)
+        return self._call("fit", steps=steps, step_mode=step_mode)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``fn(worker, *args, **kwargs)`` on every rank; each rank's value, rank-ordered.
+
+        ``worker`` holds ``model``, ``strategy``, ``ctx`` (the rank's context),
+        ``iterator`` (the training input), ``step`` and ``run_steps(n)``: enough for
+        per-rank values, gradient norms, a layer's output on a batch, or a custom
+        step run under ``worker.strategy``. Every rank runs it in the same order, so
+        collectives inside line up. An exception answers with each failing rank's
+        traceback and the group stays usable, unless some ranks raised while others
+        wait in a collective (the hang timeout then ends the session).
+        """
+        return self._call("run", gather=True, fn=fn, args=args, kwargs=kwargs)
 
     def evaluate(self, steps: int | None = None) -> dict[str, float]:
         """Global metrics over the validation data (one pass, or ``steps`` batches)."""

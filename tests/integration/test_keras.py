@@ -98,6 +98,11 @@ def test_session_driven_step_by_step_and_reopened(ray_cluster, storage):
         assert s.info["step"] == 0 and s.info["replicas"] == 2
         first = s.fit(steps=6)
         assert first["step"] == 6 and 0.0 <= first["accuracy"] <= 1.0
+        # A function on every rank, its values gathered rank-ordered.
+        assert s.run(lambda w, k: (w.ctx.rank, w.step * k), 10) == [(0, 60), (1, 60)]
+        # A failing command answers with the rank's traceback; the group goes on.
+        with pytest.raises(raytf.RaytfError, match=r"(?s)rank\(s\) \[1\].*ZeroDivisionError"):
+            s.run(lambda w: 1 / (w.ctx.rank - 1))
         before = s.evaluate()
         s.fit(steps=10)
         after = s.evaluate()
@@ -116,11 +121,22 @@ def test_session_driven_step_by_step_and_reopened(ray_cluster, storage):
         s.fit(steps=1)
     assert_nothing_left()
 
-    # Reopened under the same name: the committed checkpoint, learning rate included.
+    # Reopened under the same name: the committed checkpoint, learning rate included;
+    # one eager step (print/breakpoint territory) then compiled ones...
     with raytf.Session(train_keras.build_model, train_keras.dataset_fn, **opts) as s:
         assert s.info["step"] == 16
         assert s.weights_digest() == saved_digest
         assert s.learning_rate == pytest.approx(1e-4)
+        s.fit(steps=1, step_mode="eager")
+        s.fit(steps=2)
+        mixed = s.get_weights()
+        assert s.run(lambda w: sorted(w._train_fns)) == [["compiled", "eager"]] * 2
+    # ...end where three compiled steps from the same checkpoint do.
+    with raytf.Session(train_keras.build_model, train_keras.dataset_fn, **opts) as s:
+        s.fit(steps=3)
+        compiled = s.get_weights()
+    for a, b in zip(mixed, compiled, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert_nothing_left()
 
 

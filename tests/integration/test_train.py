@@ -1,6 +1,10 @@
 """Two real MWMS workers on a real local Ray instance."""
 
+import json
+import os
 import time
+
+import numpy as np
 
 import jobs.train_synthetic as train_synthetic
 import raytf
@@ -18,9 +22,6 @@ def test_loss_falls_digests_agree_and_a_fixed_seed_repeats(ray_cluster, storage)
     assert first["digests_agree"], "workers ended with different weights"
     assert first["weights_digest"] == second["weights_digest"], "same seed, different result"
     assert second["digests_agree"]
-
-    import json
-    import os
 
     with open(os.path.join(storage, "a", "state.json")) as f:
         state = json.load(f)
@@ -129,3 +130,37 @@ def test_a_run_ends_when_its_last_step_ends_not_when_its_pipeline_is_torn_down(
     # Without the reaper, the loop's return waits >= 20 s for the in-flight map calls.
     assert ended - last < 3.0, f"fit() returned {ended - last:.1f} s after the last step"
     assert_nothing_left()
+
+
+def loop_with_pid(config):
+    out = train_synthetic.train_loop(config)
+    out["pid"] = os.getpid()
+    return out
+
+
+def test_local_mode_runs_the_loop_here_on_one_workers_loss_curve(ray_cluster, storage):
+    config = {"steps": 32, "batch_size": 64, "seed": 3, "report_every": 4, "lr": 3e-3}
+    results = {}
+    for workers in (0, 1):
+        results[workers] = raytf.Trainer(
+            loop_with_pid,
+            train_loop_config=config,
+            scaling_config=raytf.ScalingConfig(num_workers=workers),
+            run_config=raytf.RunConfig(
+                name=f"local{workers}",
+                storage_path=storage,
+                verbose=0,
+                checkpoint_config=raytf.CheckpointConfig(checkpoint_every_steps=16),
+            ),
+        ).fit()
+    local, one = results[0], results[1]
+    assert local.worker_results[0]["pid"] == os.getpid() != one.worker_results[0]["pid"]
+    assert [m["step"] for m in local.metrics_history] == [m["step"] for m in one.metrics_history]
+    np.testing.assert_allclose(
+        [m["loss"] for m in local.metrics_history],
+        [m["loss"] for m in one.metrics_history],
+        rtol=1e-5,
+    )
+    assert local.checkpoint.endswith("step_000000032")  # committed like a run's
+    with open(os.path.join(storage, "local0", "state.json")) as f:
+        assert json.load(f)["state"] == "FINISHED"

@@ -6,8 +6,8 @@ from raytf import ConfigError, RunConfig, ScalingConfig, Trainer
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"num_workers": 0}, r"num_workers = 0"),
         ({"num_workers": -2}, r"num_workers = -2"),
+        ({"num_workers": (0, 2)}, r"num_workers = \(0, 2\)"),
         ({"num_workers": 1.5}, r"num_workers = 1.5"),
         ({"num_workers": True}, r"num_workers = True"),
         ({"use_gpu": "yes"}, r"use_gpu = 'yes'"),
@@ -25,6 +25,13 @@ from raytf import ConfigError, RunConfig, ScalingConfig, Trainer
 def test_bad_scaling_names_field_and_value(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         ScalingConfig(**kwargs)
+
+
+def test_zero_workers_is_local_mode_which_sessions_and_trials_refuse():
+    local = ScalingConfig(num_workers=0)
+    assert local.is_local and not ScalingConfig(num_workers=1).is_local
+    with pytest.raises(ConfigError, match=r"num_workers = 0 \(local mode\): a Session needs"):
+        local.require_fixed_size("a Session", "keeps one group")
 
 
 def test_worker_resources_defaults():

@@ -1,0 +1,120 @@
+"""Local mode: ``ScalingConfig(num_workers=0)`` runs the training function in this process.
+
+For debugging with a plain debugger: no Ray, no worker actor, no MWMS. The
+loop sees the same context API as on a worker (``raytf.get_context()``:
+strategy, rank 0 of 1, config, run directory, ``report``, ``restore``,
+``step_end``), with a one-device strategy (the first GPU when ``use_gpu`` and
+one is visible, else the CPU). Checkpoints are written and committed as in a
+run, so a local run resumes from its last checkpoint, and its run directory
+has the same layout (``raytf status`` reads it). Ray Data inputs are refused:
+they need a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any
+
+from raytf.errors import ConfigError, TrainingFailedError
+from raytf.messages import CheckpointPart, Report
+from raytf.result import Result
+from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact
+from raytf.rundir.run_state import RunState
+from raytf.rundir.storage import Storage, check_storage
+from raytf.worker.checkpointer import WorkerCheckpointer
+from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
+from raytf.worker.host_copy import HostCopy
+from raytf.worker.user_fn import call_user
+
+logger = logging.getLogger("raytf")
+
+
+def one_device_strategy(use_gpu: bool) -> Any:
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU") if use_gpu else []
+    return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: dict) -> Result:
+    """Run ``fn`` once in this process; the Result of a one-worker run, or the loop's error."""
+    if datasets:
+        raise ConfigError(
+            "ScalingConfig(num_workers=0) runs in this process without Ray: Ray Data "
+            "datasets need workers; read the data in the loop, or use num_workers=1"
+        )
+    t0 = time.monotonic()
+    run_dir = run_config.run_dir
+    check_storage(run_config.storage_path, run_dir)
+    storage = Storage(run_dir)
+    latest = latest_intact(storage)
+    status = RunState.continuing(storage, name=run_config.name, run_dir=run_dir, scaling=scaling)
+    buffer = _ReportBuffer()
+    ckpt = run_config.checkpoint_config
+    committed: list = []
+
+    def on_part(part: CheckpointPart) -> None:  # one rank: its part is the whole checkpoint
+        committed.append(commit(storage, [part], world_size=1, attempt=status.attempt))
+
+    checkpointer = WorkerCheckpointer(
+        storage=storage,
+        ckpt_dir=CKPT_DIR,
+        rank=0,
+        world_size=1,
+        strategy=one_device_strategy(scaling.use_gpu),
+        every_steps=ckpt.checkpoint_every_steps,
+        restore_url=latest.path if latest else None,
+        on_part=on_part,
+        async_save=False,  # a debugger stops threads too: keep saves on the loop's thread
+        host_copy=HostCopy("", None),
+    )
+    ctx = TrainContext(
+        strategy=checkpointer.strategy,
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        node_ip=socket.gethostbyname(socket.gethostname()),
+        config=dict(config),
+        run_dir=run_dir,
+        buffer=buffer,
+        checkpointer=checkpointer,
+    )
+    status.attempt += 1
+    status.world_size = 1
+    status.record(
+        "RUNNING", attempt=status.attempt, preemptions=0, workers_ended=False, storage=storage
+    )
+    _set_context(ctx)
+    error: BaseException | None = None
+    value = None
+    try:
+        value = call_user(fn, config=ctx.config)
+    except BaseException as exc:  # noqa: BLE001 - raised below, as a run's failure is
+        error = exc
+    finally:
+        _set_context(None)
+    history = [item.metrics for item in buffer.drain() if isinstance(item, Report)]
+    state = "FINISHED" if error is None else "ERRORED"
+    status.last_step = buffer.step
+    status.checkpoints = [c.step for c in committed][-20:]
+    if error is not None:
+        status.add_failure(status.attempt, "fatal", error, time.time())
+    status.record(state, attempt=status.attempt, preemptions=0, workers_ended=True, storage=storage)
+    newest = committed[-1] if committed else latest
+    result = Result(
+        metrics=history[-1] if history else {},
+        metrics_history=history,
+        path=run_dir,
+        attempts=status.attempt,
+        elapsed_s=time.monotonic() - t0,
+        worker_results=[value],
+        checkpoint=newest.path if newest else None,
+        error=error,
+    )
+    if error is not None:
+        failure = TrainingFailedError(f"local run failed: {type(error).__name__}: {error}", [error])
+        failure.result = result  # type: ignore[attr-defined]
+        raise failure from error
+    return result
