@@ -100,6 +100,8 @@ def test_session_driven_step_by_step_and_reopened(ray_cluster, storage):
         assert first["step"] == 6 and 0.0 <= first["accuracy"] <= 1.0
         # A function on every rank, its values gathered rank-ordered.
         assert s.run(lambda w, k: (w.ctx.rank, w.step * k), 10) == [(0, 60), (1, 60)]
+        spread = s.run(lambda w: float(w.model.layers[0].kernel.numpy().std()))
+        assert spread[0] == spread[1] > 0  # mirrored: every rank holds the same weights
         # A failing command answers with the rank's traceback; the group goes on.
         with pytest.raises(raytf.RaytfError, match=r"(?s)rank\(s\) \[1\].*ZeroDivisionError"):
             s.run(lambda w: 1 / (w.ctx.rank - 1))
