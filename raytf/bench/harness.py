@@ -6,7 +6,8 @@ to its return, a running Ray cluster excluded; ``first_step_s`` from the same
 start to rank 0's first finished step; ``step_ms`` the median of rank 0's
 step times after a warm-up; ``loop_s`` the sum of them (what a checkpoint
 interval adds to); ``rss_mb`` the largest peak resident memory of any worker
-process. A recovery run SIGKILLs rank 1's process from here once its trace
+process; ``startup`` (raytf) the start-up timeline's phases after the same
+start. A recovery run SIGKILLs rank 1's process from here once its trace
 is ``kill_after_s`` into training, and ``recovery_s`` runs from the kill to rank 0's first
 finished step after it.
 """
@@ -125,8 +126,9 @@ def measure(
     if killer:
         killer.start()
     t0 = time.time()
+    extra: dict | None = None
     try:
-        RUNNERS[way](
+        extra = RUNNERS[way](
             {**config, "trace_dir": trace_dir},
             workers,
             use_gpu,
@@ -142,6 +144,20 @@ def measure(
     if killer and killer.killed_at is None:
         raise RuntimeError(f"{way}: the run ended before {kill_after_s} s: nothing was killed")
     killed_at = killer.killed_at if killer else None
-    return figures(
+    out = figures(
         trace_dir, workers, t0, t1, killed_at, checkpoint_every, config.get("report_every")
     )
+    if extra and extra.get("startup"):
+        out["startup"] = startup_from(extra["startup"], t0)
+    return out
+
+
+def startup_from(timeline: dict, t0: float) -> dict[str, float]:
+    """A run's start-up timeline (``state.json``'s ``startup``) as seconds after ``t0``,
+    the call that started the run: the phases of the last attempt, slowest rank."""
+    origin = timeline["driver_started"]
+    return {
+        k: origin + v - t0
+        for k, v in timeline.items()
+        if k != "driver_started" and isinstance(v, (int, float))
+    }

@@ -152,6 +152,10 @@ def markdown(args, results: dict, took_s: float) -> str:
             "",
         ]
         lines += report.table(runs, workload)
+        startup = report.startup_lines(runs, workload)
+        if startup:
+            lines += ["", f"Start-up of raytf's plain {workload} runs (state.json `startup`):", ""]
+            lines += startup
     if results["scale"]:
         lines += [
             "",

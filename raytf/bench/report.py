@@ -166,3 +166,30 @@ def versions() -> str:
         except md.PackageNotFoundError:
             continue
     return ", ".join(parts)
+
+
+# The start-up phases, in order, as the bench reports them (raytf's base runs).
+STARTUP_ROWS = (
+    ("scheduling", "driver set up (placement group asked for)"),
+    ("placed", "placed"),
+    ("workers_process_start", "worker processes started (slowest)"),
+    ("workers_tf_imported", "TensorFlow imported (slowest)"),
+    ("actors_ready", "actors ready"),
+    ("workers_strategy_created", "MWMS created (slowest)"),
+    ("loops_started", "loops started"),
+    ("workers_first_step", "first step finished (slowest)"),
+)
+
+
+def startup_lines(runs: dict, workload: str) -> list[str]:
+    """Median seconds from ``fit()`` to each start-up phase of raytf's plain runs; a
+    phase before 0 happened before ``fit()`` (Ray's pre-started worker processes)."""
+    timelines = [r["startup"] for r in runs.get((workload, "raytf", "base"), []) if "startup" in r]
+    if not timelines:
+        return []
+    lines = ["| phase | seconds after fit() (median) |", "| --- | --- |"]
+    for key, label in STARTUP_ROWS:
+        xs = [t[key] for t in timelines if key in t]
+        if xs:
+            lines.append(f"| {label} | {cell(xs, '{:.2f}')} |")
+    return lines

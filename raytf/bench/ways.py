@@ -73,7 +73,14 @@ def run_raytf(config: dict, workers: int, use_gpu: bool, storage: str, name: str
         ),
     )
     result = trainer.fit()
-    return {"attempts": result.attempts, "driver_round_ms": result.driver_round_ms}
+    from raytf.rundir.run_state import read_state
+
+    startup = read_state(result.path).get("startup", {})
+    return {
+        "attempts": result.attempts,
+        "driver_round_ms": result.driver_round_ms,
+        "startup": startup,
+    }
 
 
 # -- hand-launched MWMS ------------------------------------------------------------

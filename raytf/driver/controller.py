@@ -288,6 +288,8 @@ class Controller:
         self._take_reports(poll, now)
         if poll.step is not None:
             self._take_step(poll.rank, poll.step, now)
+        if poll.startup and self.group is not None:
+            self.status.startup = self.group.timeline.summary()
         restart = None
         for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
             self.status.checkpoints = self.ckpts.kept[-20:]

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from raytf.errors import WorkerDiedError
 from raytf.group.elastic import WorldSize
+from raytf.group.timeline import Timeline
 from raytf.messages import Command, WorkerInfo, WorkerPoll
 
 
@@ -36,6 +37,7 @@ class Group(Protocol):
 
     infos: list[WorkerInfo]
     promoted: int
+    timeline: Timeline  # this attempt's start-up, as state.json's ``startup`` shows it
 
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize: ...
 

@@ -22,6 +22,7 @@ from raytf.group.cluster import draining_nodes
 from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool, kill_actor
 from raytf.group.tf_config import tf_config_json
+from raytf.group.timeline import Timeline
 from raytf.messages import Command, WorkerInfo, WorkerPoll
 from raytf.worker.devices import collective_implementation
 
@@ -47,15 +48,18 @@ class WorkerGroup:
         self._inflight: list = []
         self._sent_at: list[float] = []  # when each rank's outstanding poll was sent
         self._listened = 0.0  # when the driver last waited for answers
+        self.timeline = Timeline()
 
     # -- start-up ---------------------------------------------------------
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
-        return self.pool.place(timeout_s, on_wait)
+        self.timeline.mark("scheduling")
+        size = self.pool.place(timeout_s, on_wait)
+        self.timeline.mark("placed")
+        return size
 
     def start_actors(self) -> None:
-        t0 = time.monotonic()
         pairs = self.pool.actors_for_ranks()
-        logger.debug("actors ready to set up in %.3f s", time.monotonic() - t0)
+        self.timeline.mark("actors_ready")
         self.actors = [actor for actor, _ in pairs]
         self.promoted = sum(1 for _, promoted in pairs if promoted)
 
@@ -74,6 +78,7 @@ class WorkerGroup:
         ]
         replicas = self._get_all(refs, timeout_s, "create the strategy")
         logger.debug("strategy created in %.3f s", time.monotonic() - t0)
+        self.timeline.mark("group_created")
         return replicas[0]
 
     def _get_all(self, refs: list, timeout_s: float, what: str) -> list:
@@ -129,6 +134,7 @@ class WorkerGroup:
         self._inflight = [None] * len(self.actors)
         self._sent_at = [0.0] * len(self.actors)
         self._listened = 0.0
+        self.timeline.mark("loops_started")
 
     def _local_ranks(self) -> list[int]:
         seen: dict[str, int] = {}
@@ -160,6 +166,8 @@ class WorkerGroup:
             answer = answers[ref]
             if isinstance(answer, RayActorError):
                 answer = WorkerDiedError(rank, _first_line(answer))
+            elif isinstance(answer, WorkerPoll):
+                self.timeline.add_rank(rank, answer.startup)
             out.append(answer)
             self._inflight[rank] = None
         return out

@@ -37,6 +37,7 @@ class RunState:
     preemptions: int = 0
     preemption_log: list[dict[str, Any]] = field(default_factory=list)  # drains, deadlines
     resizes: list[dict[str, Any]] = field(default_factory=list)  # elastic size changes
+    startup: dict[str, Any] = field(default_factory=dict)  # this attempt's start-up timeline
     updated: float = 0.0
 
     @classmethod

@@ -43,6 +43,7 @@ from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.ports import is_port_clash, reserve_port
+from raytf.worker.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
 
 
@@ -71,8 +72,9 @@ class RaytfWorker:
         if rank is not None:
             ray_gpus = ctx.get_accelerator_ids().get("GPU", [])
             self._use_devices(tuple(str(g) for g in ray_gpus), use_gpu, gpus)
+        self._times = WorkerTimes()
         self._tf = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-tf")
-        self._tf.submit(self._warm_up)
+        self._tf.submit(self._warm_up).add_done_callback(lambda _: self._times.stamp("tf_imported"))
         self._buffer = _ReportBuffer()
         self._port_sock: socket.socket | None = None
         self._strategy = None
@@ -139,7 +141,9 @@ class RaytfWorker:
     def setup(self, tf_config: str, communication: str) -> int:
         """Create MWMS; blocks until every peer has joined. Returns replicas in sync."""
         try:
-            return self._tf.submit(self._make_strategy, tf_config, communication).result()
+            replicas = self._tf.submit(self._make_strategy, tf_config, communication).result()
+            self._times.stamp("strategy_created")
+            return replicas
         except Exception as exc:  # noqa: BLE001 - classify, then re-raise
             if is_port_clash(f"{type(exc).__name__}: {exc}"):
                 raise PortClashError(f"rank {self.rank}: {exc}") from None
@@ -268,4 +272,12 @@ class RaytfWorker:
             ended_at=self._ended_at if done else None,
             shard_epochs=[i for i in items if isinstance(i, ShardEpoch)],
             positions=dict(self._buffer.positions),
+            startup=self._startup(),
         )
+
+    def _startup(self) -> dict | None:
+        """The start-up stamps, once the first step ran (a few floats per poll)."""
+        if self._buffer.first_step_at is None:
+            return None
+        self._times.stamps.setdefault("first_step", self._buffer.first_step_at)
+        return dict(self._times.stamps)

@@ -63,6 +63,7 @@ class _ReportBuffer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     items: list[Any] = field(default_factory=list)
     step: int | None = None
+    first_step_at: float | None = None  # wall time of the first step_end (start-up timeline)
     waiting: bool = False  # blocked on the next session command: idle, not hung
     beats: int = 0  # work that is not a training step (evaluation) shows it is alive
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
@@ -209,6 +210,8 @@ class TrainContext:
         for, or an emergency one, waits for the next resumable step.
         """
         self._buffer.step = int(step)
+        if self._buffer.first_step_at is None:
+            self._buffer.first_step_at = time.time()
         if self._checkpointer is not None:
             self._checkpointer.step_end(int(step), resumable)
 

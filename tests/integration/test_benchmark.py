@@ -48,6 +48,11 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     assert rec["recovery_s"] > 0 and rec["digests_agree"], rec
     assert "ckpt_excess_pct" in rec and rec["first_save_ms"] > 0, rec
     assert not [k for k in runs if "raytrain" in k]
+    (base,) = runs["mlp/raytf/base"]
+    phases = base["startup"]  # seconds after fit() was called
+    order = ["placed", "workers_strategy_created", "loops_started", "workers_first_step"]
+    assert [phases[k] for k in order] == sorted(phases[k] for k in order), phases
+    assert 0 < phases["workers_first_step"] < base["e2e_s"], phases
     summary = doc["summary"]["mlp"]
     assert summary["e2e_s"]["raytf/mwms"] > 0
     assert summary["recovery_s"]["raytf"] > 0
@@ -55,6 +60,7 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     assert all(row["median"] > 0 and row["rounds"] > 0 for row in doc["scale"])
     text = md.read_text()
     assert "| end-to-end" in text and "Control plane" in text and "Machine:" in text
+    assert "| TensorFlow imported (slowest) |" in text
 
 
 def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
