@@ -53,6 +53,11 @@ class Settings:
     # Where each node keeps copies of the latest checkpoints in host memory, for
     # restores that skip object storage (raytf.worker.host_copy); "" turns them off.
     host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")
+    # Processes with TensorFlow imported kept on each node of a run after it ends, for
+    # the next run's warm start (raytf.group.kept); 0 keeps none. They exit after
+    # keep_idle_s without a run.
+    keep_processes: int = _env("RAYTF_KEEP_PROCESSES", int, 0)
+    keep_idle_s: float = _env("RAYTF_KEEP_IDLE_S", float, 600.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -14,7 +14,6 @@ an import.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import ray
@@ -22,42 +21,17 @@ from ray.exceptions import RayActorError
 
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
+from raytf.group import kept
+from raytf.group.actors import actor_options, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.group.elastic import WorldSize, choose_world_size
 from raytf.group.slots import make_slots
+from raytf.settings import Settings
 from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")
 
-# Environment each worker starts with unless the user's environment says otherwise.
-WORKER_ENV = {
-    "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines drown the user's output
-    "PYTHONUNBUFFERED": "1",  # so forwarded output keeps pace with training
-}
-# The driver's settings for reaching storage travel to the workers: a worker opens the
-# run's URL itself, and on an existing cluster its process did not inherit the
-# driver's environment (endpoint, credentials, region).
-FORWARDED_PREFIXES = ("FSSPEC_", "AWS_", "GOOGLE_APPLICATION_CREDENTIALS", "RAYTF_")
-
-
-def worker_env(environ=None) -> dict[str, str]:
-    env = os.environ if environ is None else environ
-    out = dict(WORKER_ENV)
-    out.update({k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES)})
-    return out
-
-
 STANDBY_PING_TIMEOUT_S = 2.0
-
-
-def actor_options(bundle: dict[str, float]) -> dict:
-    custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")}
-    options = {"num_cpus": bundle.get("CPU", 0), "num_gpus": bundle.get("GPU", 0)}
-    if custom:
-        options["resources"] = custom
-    if "memory" in bundle:
-        options["memory"] = bundle["memory"]
-    return options
 
 
 class WorkerPool:
@@ -165,6 +139,12 @@ class WorkerPool:
                 continue
             if standby is not None:
                 kill_actor(standby)
+            kept = self._claim_kept(slot, gpu_ids)
+            if kept is not None:
+                actor, gpu_ids = kept
+                promotions.append(actor.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids))
+                out.append((actor, True))
+                continue
             out.append((self._full_actor(slot, rank, n), False))
         try:
             # Workers run calls on two threads, in no fixed order: a promotion must be
@@ -175,6 +155,16 @@ class WorkerPool:
                 kill_actor(actor)
             raise WorkerSetupError(f"a standby died while being promoted: {exc}") from None
         return out
+
+    def _claim_kept(self, slot: int, gpu_ids: list[str] | None) -> tuple[object, list] | None:
+        """A process kept from an earlier run on the slot's node, and the bundle's GPUs."""
+        node = self._slot_nodes.get(slot)
+        if node is None or not kept.any_kept():
+            return None
+        if self.scaling.use_gpu and gpu_ids is None:
+            gpu_ids = bundle_gpu_ids(self.slots.strategy(slot), self.scaling.gpus_per_worker)
+        actor = kept.claim(node)
+        return None if actor is None else (actor, gpu_ids or [])
 
     def _full_actor(self, slot: int, rank: int | None, n: int):
         return self._actor_cls.options(
@@ -249,10 +239,18 @@ class WorkerPool:
             kill_actor(actor)
         self.standbys, self.spares = {}, {}
         self.slots.close()
+        settings = Settings.from_env()
+        if settings.keep_processes > 0:  # the next run's warm start (raytf.group.kept)
+            nodes = sorted(set(self._slot_nodes.values()))
+            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None)
 
 
-def kill_actor(actor) -> None:
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception as exc:  # noqa: BLE001 - already gone is fine
-        logger.debug("kill failed: %s", exc)
+def bundle_gpu_ids(strategy, gpus: int) -> list[str]:
+    """The GPUs Ray gives a slot's bundle, asked by a task holding them all: a kept
+    process (zero resources) gets them before TensorFlow touches CUDA."""
+
+    @ray.remote(num_cpus=0, num_gpus=gpus)
+    def ids() -> list[str]:
+        return [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+
+    return ray.get(ids.options(scheduling_strategy=strategy).remote())

@@ -18,9 +18,10 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
 from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
+from raytf.group.actors import kill_actor
 from raytf.group.cluster import draining_nodes
 from raytf.group.elastic import WorldSize
-from raytf.group.pool import WorkerPool, kill_actor
+from raytf.group.pool import WorkerPool
 from raytf.group.tf_config import tf_config_json
 from raytf.group.timeline import Timeline
 from raytf.messages import Command, WorkerInfo, WorkerPoll

@@ -69,6 +69,25 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pool(args: argparse.Namespace) -> int:
+    import os
+
+    import ray
+
+    from raytf.group import kept
+
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR")
+    if args.action == "start":
+        n = kept.start(args.per_node, args.idle_s)
+        print(f"started {n} process(es); each exits after {args.idle_s:.0f} s without a run")
+    elif args.action == "stop":
+        print(f"stopped {kept.stop()} process(es)")
+    else:
+        for row in kept.listing():
+            print(json.dumps(row, sort_keys=True))
+    return 0
+
+
 def _version(_: argparse.Namespace) -> int:
     from raytf import __version__
 
@@ -107,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("keras", "saved_model"), default="keras")
     export.add_argument("--out", default=None, help="default: model.keras or saved_model/")
     export.set_defaults(func=_export)
+    pool = sub.add_parser(
+        "pool", help="keep processes with TensorFlow imported on every node, for warm starts"
+    )
+    pool.add_argument("action", choices=("start", "stop", "list"))
+    pool.add_argument("--per-node", type=int, default=2, help="processes kept on each node")
+    pool.add_argument("--idle-s", type=float, default=600.0, help="each exits after this long")
+    pool.set_defaults(func=_pool)
     version = sub.add_parser("version", help="print raytf's version")
     version.set_defaults(func=_version)
     return parser

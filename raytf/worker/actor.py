@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,7 +61,15 @@ class RaytfWorker:
     restart fast: the 5-7 s of process start and TF import are already paid.
     """
 
-    def __init__(self, rank: int | None, world_size: int, use_gpu: bool, gpus: int, env: dict):
+    def __init__(
+        self,
+        rank: int | None,
+        world_size: int,
+        use_gpu: bool,
+        gpus: int,
+        env: dict,
+        idle_s: float | None = None,
+    ):
         self.rank = rank
         self.world_size = world_size
         for key, value in env.items():
@@ -82,6 +91,24 @@ class RaytfWorker:
         self._model_out: dict = {}
         self._run: Future | None = None
         self._ended_at: float | None = None
+        self._claim = threading.Lock()
+        self._claimed = idle_s is None  # a kept process waits for one run, then exits
+        if idle_s is not None:
+            threading.Thread(target=self._exit_if_idle, args=(idle_s,), daemon=True).start()
+
+    def claim(self) -> bool:
+        """A kept process is handed to one run only: True the first time, False after."""
+        with self._claim:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def _exit_if_idle(self, idle_s: float) -> None:
+        time.sleep(idle_s)
+        with self._claim:
+            if not self._claimed:
+                os._exit(0)  # nothing outlives its idle timeout, not even a detached actor
 
     # What a new process does on its TF thread before anything else. The
     # benchmark's control-plane test swaps these three for TF-free stand-ins.
@@ -101,6 +128,18 @@ class RaytfWorker:
 
     def ping(self) -> int:
         return os.getpid()
+
+    def describe(self) -> dict:
+        """Where this process is and what it costs (``raytf pool list``)."""
+        import resource
+
+        return {
+            "node_id": self._node_id,
+            "pid": os.getpid(),
+            "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "tf_imported": "tf_imported" in self._times.stamps,
+            "claimed": self._claimed,
+        }
 
     def warm(self) -> int:
         """Answers once TensorFlow is imported: a spare is then ready to be promoted."""

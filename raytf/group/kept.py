@@ -1,0 +1,126 @@
+"""Processes kept between runs, with TensorFlow imported: the next run's warm start.
+
+A run's workers pay process start and a 5-7 s TensorFlow import before MWMS
+exists. Kept processes pay it ahead: zero-resource, detached Ray actors, one
+or more per node, each importing TensorFlow as it starts. A run that finds
+one on a slot's node claims it and promotes it into the slot exactly like a
+standby (``WorkerPool``): the slot's placement-group bundle holds the
+resources, and the bundle's GPUs are handed over before TensorFlow touches
+CUDA (at MWMS creation). A claim succeeds once per process, and a claimed
+process ends with its run: no run is ever handed a process whose TensorFlow
+state another run touched. An unclaimed one exits by itself after its idle
+timeout.
+
+Opt-in, two ways: ``raytf pool start --per-node N --idle-s S`` (and ``raytf
+pool stop``), or ``RAYTF_KEEP_PROCESSES=N`` (``RAYTF_KEEP_IDLE_S``), with which
+each run leaves N fresh ones on each of its nodes when it ends. They are
+matched to runs by environment (Python, raytf, the job's runtime_env), so a
+job with other code never gets a process that cannot load it. Cost: each is
+an idle Python process with TensorFlow imported (``raytf pool list`` shows
+their resident memory; about 0.5 GB each on CPU here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import sys
+import uuid
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raytf.group.actors import kill_actor, worker_env
+from raytf.group.cluster import alive_node_ids
+from raytf.worker.actor import RaytfWorker
+
+logger = logging.getLogger("raytf")
+
+NAMESPACE = "raytf_kept"
+PREFIX = "raytf-kept-"
+CLAIM_TIMEOUT_S = 2.0
+
+
+def env_key() -> str:
+    """What a kept process must share with a run to serve it."""
+    try:
+        runtime_env = ray.get_runtime_context().runtime_env
+    except Exception:  # noqa: BLE001 - not connected: no job environment to match
+        runtime_env = {}
+    try:
+        version = importlib.metadata.version("raytf")
+    except importlib.metadata.PackageNotFoundError:
+        version = "source"
+    doc = {"python": sys.version, "raytf": version, "runtime_env": runtime_env}
+    return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _names(key: str | None = None, node_id: str | None = None) -> list[str]:
+    prefix = PREFIX if key is None else f"{PREFIX}{key}-"
+    if node_id is not None:
+        prefix += f"{node_id[:16]}-"
+    found = ray.util.list_named_actors(all_namespaces=True)
+    mine = [a["name"] for a in found if a["namespace"] == NAMESPACE]
+    return sorted(name for name in mine if name.startswith(prefix))
+
+
+def start(per_node: int, idle_s: float, node_ids: list[str] | None = None) -> int:
+    """Top each node (default: every alive node) up to ``per_node`` kept processes."""
+    key, started = env_key(), 0
+    actor_cls = ray.remote(RaytfWorker)
+    for node in node_ids or sorted(alive_node_ids()):
+        for _ in range(per_node - len(_names(key, node))):
+            actor_cls.options(
+                name=f"{PREFIX}{key}-{node[:16]}-{uuid.uuid4().hex[:8]}",
+                namespace=NAMESPACE,
+                lifetime="detached",
+                num_cpus=0,
+                num_gpus=0,
+                max_restarts=0,
+                max_concurrency=2,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote(None, 1, False, 0, worker_env(), idle_s=idle_s)
+            started += 1
+    return started
+
+
+def any_kept() -> bool:
+    """Cheap first check (one GCS call): is any process kept for this environment?"""
+    return bool(_names(env_key()))
+
+
+def claim(node_id: str):
+    """A kept process on ``node_id`` for this run's environment, now this run's; else None."""
+    for name in _names(env_key(), node_id):
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            if ray.get(actor.claim.remote(), timeout=CLAIM_TIMEOUT_S):
+                return actor
+        except Exception as exc:  # noqa: BLE001 - gone or busy: try the next one
+            logger.debug("kept process %s not claimed: %s", name, exc)
+    return None
+
+
+def listing() -> list[dict]:
+    """Every kept process: name, node, pid and resident memory (``raytf pool list``)."""
+    out = []
+    for name in _names():
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            out.append({"name": name, **ray.get(actor.describe.remote(), timeout=CLAIM_TIMEOUT_S)})
+        except Exception:  # noqa: BLE001 - exited between the listing and the call
+            continue
+    return out
+
+
+def stop() -> int:
+    """Kill every kept process (any environment); how many were asked to go."""
+    names = _names()
+    for name in names:
+        try:
+            kill_actor(ray.get_actor(name, namespace=NAMESPACE))
+        except ValueError:
+            continue  # exited on its own meanwhile
+    return len(names)
