@@ -5,30 +5,31 @@ loop sees the same context API as on a worker (``raytf.get_context()``:
 strategy, rank 0 of 1, config, run directory, ``report``, ``restore``,
 ``step_end``), with a one-device strategy (the first GPU when ``use_gpu`` and
 one is visible, else the CPU). Checkpoints are written and committed as in a
-run, so a local run resumes from its last checkpoint, and its run directory
-has the same layout (``raytf status`` reads it). Ray Data inputs are refused:
-they need a cluster.
+run (pruned, scored, told to ``RunConfig.callbacks``), so a local run resumes
+from its last checkpoint, its run directory has the same layout (``raytf
+status`` reads it) and a finished run leaves its ``model/model.keras``. Ray
+Data inputs are refused: they need a cluster.
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
 from typing import Any
 
+from raytf.driver.callbacks import DriverCallbacks
+from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.errors import ConfigError, TrainingFailedError
 from raytf.messages import CheckpointPart, Report
 from raytf.result import Result
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact
+from raytf.rundir.checkpoints import CKPT_DIR, step_dirname
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage, check_storage
+from raytf.worker import model_out
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.user_fn import call_user
-
-logger = logging.getLogger("raytf")
 
 
 def one_device_strategy(use_gpu: bool) -> Any:
@@ -49,15 +50,31 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
     run_dir = run_config.run_dir
     check_storage(run_config.storage_path, run_dir)
     storage = Storage(run_dir)
-    latest = latest_intact(storage)
     status = RunState.continuing(storage, name=run_config.name, run_dir=run_dir, scaling=scaling)
+    status.attempt += 1
     buffer = _ReportBuffer()
-    ckpt = run_config.checkpoint_config
-    committed: list = []
+    events = DriverCallbacks(run_config.callbacks)
+    history: list[dict] = []
+
+    def take_reports() -> None:
+        for item in buffer.drain():
+            if isinstance(item, Report):
+                history.append(item.metrics)
+                ckpts.note_report(item.metrics)
+                events.emit("on_report", item.metrics)
+
+    def on_commit(ckpt) -> None:
+        status.checkpoints = ckpts.kept[-20:]
+        events.emit("on_checkpoint", ckpt.step, ckpt.path)
 
     def on_part(part: CheckpointPart) -> None:  # one rank: its part is the whole checkpoint
-        committed.append(commit(storage, [part], world_size=1, attempt=status.attempt))
+        take_reports()  # a checkpoint's score is the metric reported up to its step
+        ckpts.on_parts([part], attempt=status.attempt)
 
+    # The driver's commit bookkeeping: pruning, best checkpoints by score, callbacks.
+    ckpts = CheckpointCommits(storage, run_config.checkpoint_config, 1, on_commit)
+    ckpt = run_config.checkpoint_config
+    latest = ckpts.restore_point()
     checkpointer = WorkerCheckpointer(
         storage=storage,
         ckpt_dir=CKPT_DIR,
@@ -81,7 +98,6 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         buffer=buffer,
         checkpointer=checkpointer,
     )
-    status.attempt += 1
     status.world_size = 1
     status.record(
         "RUNNING", attempt=status.attempt, preemptions=0, workers_ended=False, storage=storage
@@ -95,14 +111,17 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         error = exc
     finally:
         _set_context(None)
-    history = [item.metrics for item in buffer.drain() if isinstance(item, Report)]
+    take_reports()
+    if error is None and checkpointer.model is not None:
+        model_out.save_final(storage, checkpointer.model, 0, ckpt.export_saved_model)
     state = "FINISHED" if error is None else "ERRORED"
     status.last_step = buffer.step
-    status.checkpoints = [c.step for c in committed][-20:]
     if error is not None:
         status.add_failure(status.attempt, "fatal", error, time.time())
+        events.emit("on_failure", status.attempt, "fatal", error)
+    events.emit("on_state", "RUNNING", state)
+    events.close()
     status.record(state, attempt=status.attempt, preemptions=0, workers_ended=True, storage=storage)
-    newest = committed[-1] if committed else latest
     result = Result(
         metrics=history[-1] if history else {},
         metrics_history=history,
@@ -110,7 +129,10 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         attempts=status.attempt,
         elapsed_s=time.monotonic() - t0,
         worker_results=[value],
-        checkpoint=newest.path if newest else None,
+        checkpoint=ckpts.latest.path if ckpts.latest else None,
+        best_checkpoints=[
+            (storage.url(CKPT_DIR, step_dirname(s)), score) for s, score in ckpts.best()
+        ],
         error=error,
     )
     if error is not None:

@@ -106,4 +106,4 @@ class WorkerPoll:
     ended_at: float | None = None  # wall time the user's function returned or raised
     shard_epochs: list[ShardEpoch] = field(default_factory=list)  # epochs the shards finished
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
-    startup: dict | None = None  # phase -> wall time, once the first step ran
+    startup: dict | None = None  # phase -> wall time, once: the first poll after step one

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from raytf.config import CheckpointConfig
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import (
     CKPT_DIR,
+    SCORES,
     CommittedCheckpoint,
     commit,
     committed,
@@ -29,8 +31,15 @@ logger = logging.getLogger("raytf")
 
 
 class CheckpointCommits:
-    def __init__(self, storage: Storage, config: CheckpointConfig, world_size: int):
+    def __init__(
+        self,
+        storage: Storage,
+        config: CheckpointConfig,
+        world_size: int,
+        on_commit: Callable[[CommittedCheckpoint], None] | None = None,
+    ):
         self.storage = storage
+        self.on_commit = on_commit  # told of every commit, an emergency one included
         self.config = config
         self.world_size = world_size
         self.bad: set[int] = set()
@@ -41,8 +50,14 @@ class CheckpointCommits:
         self._pending: dict[int, dict[int, CheckpointPart]] = defaultdict(dict)
         self._last_save = time.monotonic()
         self._requested_at: float | None = None
-        self._scored: list[tuple[int, float]] = []  # (step, score) from rank 0's reports
+        self._scored: list[tuple[int, float]] = []  # every (step, score) not yet decided on
         self._reported_step = -1  # rank 0's newest reported step
+        # Scores decided so far, kept in the run directory: a driver that continues the
+        # run ranks the checkpoints of the one before it as that one did.
+        self._decided: dict[int, float | None] = {}
+        if config.checkpoint_score_attribute and storage.exists(CKPT_DIR, SCORES):
+            saved = storage.read_json(CKPT_DIR, SCORES)
+            self._decided = {int(k): v for k, v in saved.items() if int(k) in self.kept}
 
     def note_report(self, metrics: dict) -> None:
         """Rank 0's report: its step, and its score if it carries the score attribute."""
@@ -50,23 +65,33 @@ class CheckpointCommits:
         value, step = metrics.get(attr) if attr else None, metrics.get("step")
         if not isinstance(step, int):
             return
-        self._reported_step = max(self._reported_step, step)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             self._scored.append((step, float(value)))
+        if step > self._reported_step:
+            self._reported_step = step
+            self.scores()  # decides (and stores) the scores of the checkpoints it passed
+
+    def _score_of(self, ckpt_step: int) -> float | None:
+        before = [value for step, value in self._scored if step <= ckpt_step]
+        return before[-1] if before else None
 
     def scores(self, final: bool = False) -> dict[int, float | None] | None:
         """Each kept checkpoint's score: rank 0's last report of the attribute at or before
-        its step (None: never reported). Known once rank 0 reported a later step (its
+        its step (None: never reported). Decided once rank 0 reported a later step (its
         reports of that step are all in: an epoch's end comes after its last batch's), or
         at the end of the run (``final``); until then the checkpoint is left out."""
         if not self.config.checkpoint_score_attribute:
             return None
-        out: dict[int, float | None] = {}
+        grew = False
         for ckpt_step in self.kept:
-            if final or self._reported_step > ckpt_step:
-                before = [value for step, value in self._scored if step <= ckpt_step]
-                out[ckpt_step] = before[-1] if before else None
-        return out
+            if ckpt_step not in self._decided and (final or self._reported_step > ckpt_step):
+                self._decided[ckpt_step] = self._score_of(ckpt_step)
+                grew = True
+        if grew:
+            self.storage.write_json_atomic(
+                {str(k): v for k, v in self._decided.items() if k in self.kept}, CKPT_DIR, SCORES
+            )
+        return {s: self._decided[s] for s in self.kept if s in self._decided}
 
     def best(self) -> list[tuple[int, float | None]]:
         """Kept checkpoints best first by score (newest first without a score attribute)."""
@@ -126,6 +151,8 @@ class CheckpointCommits:
         self.kept = [s for s in self.kept if s not in removed]
         if removed:
             logger.debug("pruned checkpoints %s", removed)
+        if self.on_commit is not None:
+            self.on_commit(ckpt)
 
     def commit_emergency(
         self, answers: dict[int, object], dead: set[int], *, attempt: int

@@ -94,7 +94,9 @@ class Controller:
         self.run_dir = run_config.run_dir
         self.storage = Storage(self.run_dir)
         self.world_size = scaling.max_workers  # the size of the current attempt
-        self.ckpts = CheckpointCommits(self.storage, run_config.checkpoint_config, self.world_size)
+        self.ckpts = CheckpointCommits(
+            self.storage, run_config.checkpoint_config, self.world_size, self._on_commit
+        )
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: Group | None = None
         self.pool: Pool | None = None
@@ -238,7 +240,10 @@ class Controller:
             return self._fail(self.data.error)  # the same data splits the same way again
         if errors:
             root = root_cause(self.group, errors, self.settings.collateral_grace_s)
-            self._emergency_checkpoint(root, errors)
+            if self.use_emergency:  # commit the survivors' state at their last common step
+                args = (self.world_size, self.attempt, self.settings)
+                if line := emergency_checkpoint(self.group, self.ckpts, root, errors, *args):
+                    self.progress.message(line)
             return self._on_failure(root)
         if restart is not None:
             return Next(State.RESTARTING, restart)
@@ -288,14 +293,10 @@ class Controller:
         self._take_reports(poll, now)
         if poll.step is not None:
             self._take_step(poll.rank, poll.step, now)
-        if poll.startup and self.group is not None:
+        if poll.startup and self.group is not None:  # once per rank and attempt
             self.status.startup = self.group.timeline.summary()
         restart = None
         for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
-            self.status.checkpoints = self.ckpts.kept[-20:]
-            self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
-            if self.run_config.verbose >= 2:
-                self.progress.message(f"committed checkpoint at step {ckpt.step}")
             restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
         if poll.notice:
             self._execute(self.resizer.on_notice(poll.notice))
@@ -358,16 +359,6 @@ class Controller:
         return decision.restart
 
     # -- failure ----------------------------------------------------------------
-    def _emergency_checkpoint(self, root: BaseException, errors: list[BaseException]) -> None:
-        """A worker died: commit the survivors' state at their last completed step."""
-        if self.use_emergency:
-            line = emergency_checkpoint(
-                self.group, self.ckpts, root, errors, self.world_size, self.attempt, self.settings
-            )
-            if line:
-                self.status.checkpoints = self.ckpts.kept[-20:]
-                self.progress.message(line)
-
     def _on_failure(self, cause: BaseException) -> Next:
         failure = Failure(classify(cause), cause, self.attempt)
         self.failures.append(failure)
@@ -378,7 +369,15 @@ class Controller:
     def _fail(self, cause: BaseException) -> Next:
         self.error = cause
         self.status.add_failure(self.attempt, "fatal", cause, time.time())
+        self.events.emit("on_failure", self.attempt, "fatal", cause)
         return Next(State.ERRORED)
+
+    def _on_commit(self, ckpt) -> None:
+        """Every commit, an emergency one included: status, callbacks, a verbose line."""
+        self.status.checkpoints = self.ckpts.kept[-20:]
+        self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
+        if self.run_config.verbose >= 2:
+            self.progress.message(f"committed checkpoint at step {ckpt.step}")
 
     # -- bookkeeping ------------------------------------------------------------
     def _save(self, state: State) -> None:

@@ -1,7 +1,8 @@
 """The driver's live view of a run: one line, redrawn, with step, metrics and examples/s.
 
-On a terminal the line is redrawn in place; elsewhere (CI logs, ``ray job logs``)
-a line is printed every ``interval_s`` so logs stay readable.
+On a terminal or in a Jupyter notebook's cell the line is redrawn in place;
+elsewhere (CI logs, ``ray job logs``) a line is printed every ``interval_s``
+so logs stay readable.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def in_notebook(stream: Any) -> bool:
+    """A Jupyter cell's output stream: it is no terminal, yet it redraws a line on ``\\r``."""
+    return type(stream).__module__.startswith("ipykernel")
+
+
 class Progress:
     def __init__(self, *, verbose: int = 1, interval_s: float = 2.0, stream: TextIO | None = None):
         self.verbose = verbose
         self.interval_s = interval_s
         self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) or in_notebook(self.stream)
         self.start = time.monotonic()
         self.last_metrics: dict[str, Any] = {}
         self.examples = 0

@@ -34,6 +34,7 @@ import sys
 import uuid
 
 import ray
+from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf.group.actors import kill_actor, worker_env
@@ -104,9 +105,14 @@ def claim(node_id: str):
     for name in _names(env_key(), node_id):
         try:
             actor = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            continue  # exited since the listing
+        try:
             if ray.get(actor.claim.remote(), timeout=CLAIM_TIMEOUT_S):
                 return actor
-        except Exception as exc:  # noqa: BLE001 - gone or busy: try the next one
+        except GetTimeoutError:
+            kill_actor(actor)  # it may have said yes too late: nobody would ever end it
+        except Exception as exc:  # noqa: BLE001 - died meanwhile: try the next one
             logger.debug("kept process %s not claimed: %s", name, exc)
     return None
 

@@ -50,6 +50,7 @@ class WorkerPool:
         self._slot_nodes: dict[int, str] = {}  # where the active slots were placed
         self.lost_nodes: set[str] = set()  # nodes of the last attempt found dead
         self._actor_cls = ray.remote(RaytfWorker)
+        self._any_kept = False  # processes kept from earlier runs exist (raytf.group.kept)
 
     @property
     def world_size(self) -> int:
@@ -112,6 +113,7 @@ class WorkerPool:
         n = self.world_size
         out: list[tuple[object, bool]] = []
         promotions = []
+        self._any_kept = kept.any_kept()  # one look per attempt, not one per slot
         for rank, slot in enumerate(self.active):
             spare = self.spares.pop(slot, None)
             standby = self.standbys.pop(slot, None)
@@ -139,10 +141,11 @@ class WorkerPool:
                 continue
             if standby is not None:
                 kill_actor(standby)
-            kept = self._claim_kept(slot, gpu_ids)
-            if kept is not None:
-                actor, gpu_ids = kept
-                promotions.append(actor.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids))
+            claimed = self._claim_kept(slot, gpu_ids)
+            if claimed is not None:
+                actor, gpu_ids = claimed
+                env = worker_env()  # this run's, not that of whoever started the process
+                promotions.append(actor.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids, env))
                 out.append((actor, True))
                 continue
             out.append((self._full_actor(slot, rank, n), False))
@@ -159,12 +162,12 @@ class WorkerPool:
     def _claim_kept(self, slot: int, gpu_ids: list[str] | None) -> tuple[object, list] | None:
         """A process kept from an earlier run on the slot's node, and the bundle's GPUs."""
         node = self._slot_nodes.get(slot)
-        if node is None or not kept.any_kept():
+        actor = kept.claim(node) if node is not None and self._any_kept else None
+        if actor is None:
             return None
         if self.scaling.use_gpu and gpu_ids is None:
             gpu_ids = bundle_gpu_ids(self.slots.strategy(slot), self.scaling.gpus_per_worker)
-        actor = kept.claim(node)
-        return None if actor is None else (actor, gpu_ids or [])
+        return actor, gpu_ids or []
 
     def _full_actor(self, slot: int, rank: int | None, n: int):
         return self._actor_cls.options(
@@ -253,4 +256,4 @@ def bundle_gpu_ids(strategy, gpus: int) -> list[str]:
     def ids() -> list[str]:
         return [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
 
-    return ray.get(ids.options(scheduling_strategy=strategy).remote())
+    return ray.get(ids.options(scheduling_strategy=strategy).remote(), timeout=60)

@@ -17,7 +17,7 @@ What such scripts call, and what it does here:
   failure raytf restarts the whole group and the loop runs again: it finds
   its last checkpoint here, as under Ray Train.
 - ``train.get_context()``: ``get_world_rank()``, ``get_world_size()``,
-  ``get_local_rank()``, ``get_node_rank()``.
+  ``get_local_rank()``.
 - ``os.environ["TF_CONFIG"]`` is set before the loop runs, and the loop's own
   ``tf.distribute.MultiWorkerMirroredStrategy()`` joins the group raytf
   already made (docs/migrating_from_ray_train.md says why that holds).
@@ -109,9 +109,6 @@ class _Context:
     def get_local_rank(self) -> int:
         return self._ctx.local_rank
 
-    def get_node_rank(self) -> int:
-        return self._ctx.rank - self._ctx.local_rank
-
 
 def get_context() -> _Context:
     return _Context(_raytf_context())
@@ -128,17 +125,9 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     if checkpoint is None or ctx.rank != 0:
         return
     storage = _storage()
-    taken = (
-        [n for n in storage.listdir(CHECKPOINTS) if n.startswith("checkpoint_")]
-        if (storage.exists(CHECKPOINTS))
-        else []
-    )
+    taken = [n for n in storage.listdir(CHECKPOINTS) if n.startswith("checkpoint_")]
     name = f"checkpoint_{len(taken):06d}"
-    if storage.local:
-        storage.makedirs(CHECKPOINTS, name)
-    src = checkpoint.path
-    files = [f for f in os.listdir(src) if os.path.isfile(os.path.join(src, f))]
-    storage.upload_dir(src, CHECKPOINTS, name, names=files)
+    storage.upload_tree(checkpoint.path, CHECKPOINTS, name)
     storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)  # whole, or the previous one
 
 

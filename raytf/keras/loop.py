@@ -17,7 +17,6 @@ optimizer variable, is restored.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,13 +28,13 @@ from raytf.digests import weights_digest
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank
 from raytf.keras.steps import check_step_mode, make_test_function, make_train_function
+from raytf.worker.commands import serve_commands
 from raytf.worker.context import TrainContext, get_context
 from raytf.worker.user_fn import call_user
 
 # Session commands whose error is an answer: the group stays usable when every rank raised
 # alike (no collective left half-run). ``run`` is the user's function on every rank.
 ANSWERING_OPS = ("set_learning_rate", "describe", "get_weights", "run")
-SESSION_ERROR_KEY = "__raytf_error__"
 
 
 @dataclass
@@ -311,23 +310,13 @@ class KerasWorkerRun:
 
     def serve(self) -> dict:
         """An interactive session's loop: run each command the driver sends, on every rank."""
-        ctx = self.ctx
-        ctx.reply(0, self._describe())
-        while True:
-            command = ctx.next_command()
-            op, cid = command.op, command.id
-            if op == "close":
-                ctx.reply(cid, self._describe())
-                return {"weights_digest": self.digest(), "steps": self.step}
-            if op in ANSWERING_OPS:
-                # An error is an answer, not the group's end: these run no collective, or
-                # (``run``) the user's function, whose every rank answers with its traceback.
-                try:
-                    ctx.reply(cid, self._handle(op, command.args))
-                except Exception:  # noqa: BLE001 - shown to the session's user
-                    ctx.reply(cid, {SESSION_ERROR_KEY: traceback.format_exc()})
-                continue
-            ctx.reply(cid, self._handle(op, command.args))
+        return serve_commands(
+            self.ctx,
+            self._handle,
+            self._describe,
+            ANSWERING_OPS,
+            on_close=lambda: {"weights_digest": self.digest(), "steps": self.step},
+        )
 
     def _handle(self, op: str, args: dict) -> Any:
         ctx = self.ctx

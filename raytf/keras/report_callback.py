@@ -34,6 +34,7 @@ class ReportCheckpointLogic:
         self.step = 0
         self._reported = 0
         self._ended: int | None = None  # the last step handed to step_end
+        self._ended_resumable = False
         self.steps_per_epoch: int | None = None
 
     def restore(self, model: Any) -> int:
@@ -53,8 +54,10 @@ class ReportCheckpointLogic:
         return (self.step - self._reported) * self.global_batch_size
 
     def _step_end(self, resumable: bool) -> None:
-        if self._ended != self.step:
-            self._ended = self.step
+        # Once per step; again at an epoch's end when its last batch (an epoch of unknown
+        # length) ended it as not resumable: the epoch's end is where fit() can resume.
+        if self._ended != self.step or (resumable and not self._ended_resumable):
+            self._ended, self._ended_resumable = self.step, resumable
             get_context().step_end(self.step, resumable=resumable)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:

@@ -15,6 +15,9 @@ the learning rate, checkpoint, run more, close::
         s.run(lambda w: float(w.model.layers[0].kernel.numpy().std()))  # one value per rank
         s.fit(steps=50)
 
+``Session.custom(setup)`` opens the same kind of group for any loop: each
+rank builds its pieces once in ``setup``, and ``run(fn, ...)`` drives them.
+
 The driver's controller runs in a background thread, exactly as under
 ``Trainer.fit`` (same placement, set-up, checkpoints, watchdog); the workers run
 ``KerasWorkerRun.serve``, which executes each command on every rank in the same
@@ -35,11 +38,12 @@ from raytf.config import RunConfig, ScalingConfig
 from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
 from raytf.errors import ConfigError, RaytfError
-from raytf.keras.loop import SESSION_ERROR_KEY, FitSpec, run_session
+from raytf.keras.loop import FitSpec, run_session
 from raytf.keras.steps import check_step_mode
 from raytf.keras.trainer import check_fit_options, known_replicas
 from raytf.messages import Command, Reply
 from raytf.result import Result
+from raytf.worker.commands import SESSION_ERROR_KEY, run_custom_session
 
 
 class SessionClosedError(RaytfError):
@@ -76,11 +80,53 @@ class Session:
             steps_per_call=steps_per_call,
         )
         scaling = scaling_config or ScalingConfig()
+        check_fit_options(spec, known_replicas(scaling))
+        self._keras = True
+        self._open(
+            functools.partial(run_session, spec),
+            train_loop_config,
+            scaling,
+            run_config,
+            open_timeout_s,
+        )
+
+    @classmethod
+    def custom(
+        cls,
+        setup: Callable[..., Any],
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        open_timeout_s: float = 600.0,
+    ) -> Session:
+        """A session for any loop: each rank calls ``setup(worker[, config])`` once (its
+        value is ``worker.state``), then every ``run(fn, ...)`` calls ``fn(worker, ...)``
+        (``raytf.worker.commands.CustomLoopRun``). ``fit``/``evaluate`` are Keras's and
+        not available; ``run``, ``step``, ``checkpoint`` and ``close`` are."""
+        session = cls.__new__(cls)
+        session._keras = False
+        session._open(
+            functools.partial(run_custom_session, setup),
+            train_loop_config,
+            scaling_config or ScalingConfig(),
+            run_config,
+            open_timeout_s,
+        )
+        return session
+
+    def _open(
+        self,
+        loop: Callable[..., Any],
+        train_loop_config: dict[str, Any] | None,
+        scaling: ScalingConfig,
+        run_config: RunConfig | None,
+        open_timeout_s: float,
+    ) -> None:
         run_config = run_config or RunConfig()
         scaling.require_fixed_size(
             "a Session", "keeps one group of a fixed size (resizing restarts it)"
         )
-        check_fit_options(spec, known_replicas(scaling))
         if run_config.failure_config.max_failures != 0:
             raise ConfigError(
                 "a Session does not restart its group on failure (its user would lose track of "
@@ -89,10 +135,7 @@ class Session:
             )
         self.scaling = scaling
         run = RunSpec(
-            fn=functools.partial(run_session, spec),
-            config=dict(train_loop_config or {}),
-            scaling=scaling,
-            run_config=run_config,
+            fn=loop, config=dict(train_loop_config or {}), scaling=scaling, run_config=run_config
         )
         self._controller = make_controller(
             run, what="session", listeners=Listeners(on_reply=self._on_reply)
@@ -153,6 +196,13 @@ class Session:
             raise TimeoutError(f"session: {what} got no answer from every rank in {timeout_s} s")
         raise SessionClosedError(f"session: the worker group ended before {what} finished")
 
+    def _keras_only(self, what: str) -> None:
+        if not self._keras:
+            raise ConfigError(
+                f"session.{what} needs a Keras session (Session(build_model, dataset_fn, ...)); "
+                "a custom-loop session runs functions: session.run(fn, ...)"
+            )
+
     def _call(
         self, op: str, timeout_s: float | None = None, gather: bool = False, **args: Any
     ) -> Any:
@@ -171,6 +221,7 @@ class Session:
         ``step_mode`` ("eager", "compiled", "xla") applies to this command only: one
         eager step to ``print`` or stop in a debugger on a rank, then compiled again.
         """
+        self._keras_only("fit")
         if not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"steps = {steps!r}: must be a positive int")
         if step_mode is not None:
@@ -192,14 +243,17 @@ class Session:
 
     def evaluate(self, steps: int | None = None) -> dict[str, float]:
         """Global metrics over the validation data (one pass, or ``steps`` batches)."""
+        self._keras_only("evaluate")
         return self._call("evaluate", steps=steps)
 
     def set_learning_rate(self, value: float) -> None:
         """Set the optimizer's learning rate on every worker."""
+        self._keras_only("set_learning_rate")
         self.info = self._call("set_learning_rate", value=float(value))
 
     @property
     def learning_rate(self) -> float:
+        self._keras_only("learning_rate")
         return self._call("describe")["learning_rate"]
 
     @property
@@ -208,10 +262,12 @@ class Session:
 
     def weights_digest(self) -> str:
         """SHA-256 of the model's weights on rank 0 (identical on every rank)."""
+        self._keras_only("weights_digest")
         return self._call("describe")["weights_digest"]
 
     def get_weights(self) -> list[Any]:
         """The model's weights (rank 0's), as NumPy arrays on the driver."""
+        self._keras_only("get_weights")
         return self._call("get_weights")
 
     def checkpoint(self) -> str:

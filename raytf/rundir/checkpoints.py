@@ -23,6 +23,7 @@ logger = logging.getLogger("raytf")
 
 CKPT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
+SCORES = "scores.json"  # each kept checkpoint's score, by step (CheckpointConfig's attribute)
 TF_PREFIX = "ckpt"  # TF writes ckpt.index and ckpt.data-*
 _STEP_RE = re.compile(r"^step_(\d+)$")
 

@@ -168,6 +168,16 @@ class Storage:
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
             list(pool.map(put, names))  # re-raises the first file that never went up
 
+    def upload_tree(self, local_dir: str, *parts: str) -> None:
+        """Copy a local directory with its subdirectories under ``parts``."""
+        for dirpath, _, files in os.walk(local_dir):
+            rel = os.path.relpath(dirpath, local_dir)
+            sub = () if rel == "." else tuple(rel.split(os.sep))
+            if self.local:
+                self.makedirs(*parts, *sub)  # an object store has no directories to make
+            if files:
+                self.upload_dir(dirpath, *parts, *sub, names=files)
+
     def download_dir(self, local_dir: str, *parts: str, names: list[str] | None = None) -> None:
         """Copy the directory's files (or only ``names``) into ``local_dir``."""
         os.makedirs(local_dir, exist_ok=True)

@@ -47,6 +47,10 @@ from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
 
+# A claimed kept process no driver has polled for this long lost its driver: it exits.
+# Start-up calls come within seconds; a running group is polled every 0.2 s.
+ORPHAN_S = 300.0
+
 
 def _import_tensorflow() -> None:
     import tensorflow  # noqa: F401  (import only: no op may run before MWMS exists)
@@ -92,17 +96,29 @@ class RaytfWorker:
         self._run: Future | None = None
         self._ended_at: float | None = None
         self._claim = threading.Lock()
+        self._contact = time.monotonic()  # when a driver last called (kept processes)
         self._claimed = idle_s is None  # a kept process waits for one run, then exits
         if idle_s is not None:
             threading.Thread(target=self._exit_if_idle, args=(idle_s,), daemon=True).start()
 
     def claim(self) -> bool:
-        """A kept process is handed to one run only: True the first time, False after."""
+        """A kept process is handed to one run only: True the first time, False after.
+
+        Detached, it would outlive a driver killed before tearing its group down, so
+        from now on it exits once no driver has called it for ``ORPHAN_S``.
+        """
         with self._claim:
             if self._claimed:
                 return False
             self._claimed = True
-            return True
+        self._contact = time.monotonic()
+        threading.Thread(target=self._exit_if_orphaned, daemon=True).start()
+        return True
+
+    def _exit_if_orphaned(self) -> None:
+        while time.monotonic() - self._contact < ORPHAN_S:
+            time.sleep(5.0)
+        os._exit(0)
 
     def _exit_if_idle(self, idle_s: float) -> None:
         time.sleep(idle_s)
@@ -146,14 +162,26 @@ class RaytfWorker:
         self._tf.submit(int).result()
         return os.getpid()
 
-    def promote(self, rank: int, world_size: int, use_gpu: bool, gpu_ids: list[str] | None) -> None:
+    def promote(
+        self,
+        rank: int,
+        world_size: int,
+        use_gpu: bool,
+        gpu_ids: list[str] | None,
+        env: dict | None = None,
+    ) -> None:
         """Turn a standby or spare into ``rank``.
 
         ``gpu_ids`` are its bundle's GPUs for a zero-resource standby (Ray gave it
-        none); None for a spare holding its bundle's resources itself.
+        none); None for a spare holding its bundle's resources itself. ``env`` is
+        the run's worker environment, for a process kept from before the run
+        (another driver started it: its storage settings may differ).
         """
         if self._strategy is not None:
             raise RuntimeError("a worker that already joined a strategy cannot be promoted")
+        if env:
+            os.environ.update(env)
+            refresh_fsspec_env()
         if gpu_ids is None:
             ray_gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
             gpu_ids = [str(g) for g in ray_gpus]
@@ -290,6 +318,7 @@ class RaytfWorker:
         self._buffer.commands.put(command)
 
     def poll(self) -> WorkerPoll:
+        self._contact = time.monotonic()  # a driver is there (see claim)
         done = self._run is not None and self._run.done()
         items = self._buffer.drain()  # after done(): nothing the loop reported is missed
         state, value = (IDLE, None) if self._run is None else (RUNNING, None)
@@ -315,8 +344,8 @@ class RaytfWorker:
         )
 
     def _startup(self) -> dict | None:
-        """The start-up stamps, once the first step ran (a few floats per poll)."""
-        if self._buffer.first_step_at is None:
+        """The start-up stamps, in the first poll after the first step (once)."""
+        if self._buffer.first_step_at is None or "first_step" in self._times.stamps:
             return None
-        self._times.stamps.setdefault("first_step", self._buffer.first_step_at)
+        self._times.stamps["first_step"] = self._buffer.first_step_at
         return dict(self._times.stamps)

@@ -195,7 +195,13 @@ class WorkerCheckpointer:
                 self._target = None
             pending = self._pending_reason if self.rank == 0 else None
         previous, self._last_step = self._last_step, step
-        if reason is None and self.every_steps and _crossed(previous, step, self.every_steps):
+        repeat = previous == step  # the same step again, now resumable: saved already
+        if (
+            reason is None
+            and not repeat
+            and self.every_steps
+            and _crossed(previous, step, self.every_steps)
+        ):
             reason = "interval"
         if reason:
             self._save(step, reason)

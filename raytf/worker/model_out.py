@@ -53,16 +53,6 @@ def save_final(storage: Storage, model: Any, rank: int, saved_model: bool) -> No
             storage.makedirs(MODEL_DIR)
         storage.upload_dir(scratch, MODEL_DIR, names=[KERAS_FILE])
         if saved_model:
-            _upload_tree(storage, os.path.join(scratch, SAVED_MODEL), MODEL_DIR, SAVED_MODEL)
+            storage.upload_tree(os.path.join(scratch, SAVED_MODEL), MODEL_DIR, SAVED_MODEL)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _upload_tree(storage: Storage, local: str, *parts: str) -> None:
-    for dirpath, _, files in os.walk(local):
-        rel = os.path.relpath(dirpath, local)
-        sub = () if rel == "." else tuple(rel.split(os.sep))
-        if storage.local:
-            storage.makedirs(*parts, *sub)  # an object store has no directories to make
-        if files:
-            storage.upload_dir(dirpath, *parts, *sub, names=files)

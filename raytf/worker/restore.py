@@ -41,7 +41,7 @@ def build_optimizers(trackables: dict, strategy) -> None:
     # The variables' own strategy: a loop may have made its own MWMS (Ray Train scripts do).
     strategy = getattr(getattr(variables[0], "value", None), "distribute_strategy", strategy)
     for t in trackables.values():
-        if isinstance(t, keras.optimizers.Optimizer) and not t.built and variables:
+        if isinstance(t, keras.optimizers.Optimizer) and not t.built:
             with strategy.scope():
                 t.build(variables)
 

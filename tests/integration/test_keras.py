@@ -210,3 +210,64 @@ def test_digits_example_learns_real_data(ray_cluster, storage):
     summary = train_digits.main(["--epochs", "4", "--storage", storage, "--name", "digits"])
     assert summary["digests_agree"]
     assert summary["final_metrics"]["val_accuracy"] >= 0.9
+
+
+def custom_setup(worker):
+    """A custom loop's pieces, built once per rank: a model, an optimizer, a distributed
+    iterator and a compiled step under the worker's strategy."""
+    import keras
+    import tensorflow as tf
+
+    from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES, make_dataset
+
+    with worker.strategy.scope():
+        model = keras.Sequential([keras.Input((NUM_FEATURES,)), keras.layers.Dense(NUM_CLASSES)])
+        optimizer = keras.optimizers.SGD(0.1)
+    x, y = make_dataset(0)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64, drop_remainder=True)
+    iterator = iter(worker.strategy.experimental_distribute_dataset(ds))
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    @tf.function
+    def step():
+        def replica(x, y):
+            with tf.GradientTape() as tape:
+                per_example = loss_fn(y, model(x, training=True))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return worker.strategy.reduce("SUM", worker.strategy.run(replica, next(iterator)), None)
+
+    worker.ctx.restore(model=model, optimizer=optimizer)
+    return {"step": step}
+
+
+def custom_train(worker, n):
+    losses = []
+    for _ in range(n):
+        losses.append(float(worker.state["step"]()))
+        worker.step += 1
+        worker.ctx.step_end(worker.step)
+    return losses
+
+
+def test_a_custom_loop_session_runs_functions_and_checkpoints(ray_cluster, storage):
+    with raytf.Session.custom(
+        custom_setup,
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(name="custom", storage_path=storage, verbose=0),
+    ) as s:
+        first = s.run(custom_train, 5)
+        assert first[0] == first[1]  # the global loss, all-reduced: alike on every rank
+        later = s.run(custom_train, 20)
+        assert later[0][-1] < first[0][0]
+        assert s.step == 25
+        with pytest.raises(raytf.RaytfError, match="KeyError"):
+            s.run(lambda w: w.state["no such piece"])
+        assert s.run(lambda w: w.step) == [25, 25]  # the group goes on
+        assert s.checkpoint().endswith("step_000000025")
+        with pytest.raises(raytf.ConfigError, match="a custom-loop session runs functions"):
+            s.fit(steps=1)
+    assert_nothing_left()

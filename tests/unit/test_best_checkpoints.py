@@ -65,3 +65,18 @@ def test_best_is_newest_first_without_a_score_attribute(storage):
 def test_bad_score_settings_are_refused(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         CheckpointConfig(**kwargs)
+
+
+def test_a_driver_continuing_the_run_keeps_the_scores_its_predecessor_decided(storage):
+    first = commits(storage)
+    first.note_report({"step": 10, "val_loss": 0.1, "epoch_end": True})
+    first.on_parts(write_parts(storage, 10), attempt=1)
+    first.note_report({"step": 12, "loss": 0.5})  # step 10's score is decided: 0.1
+    # The driver is killed; the next one scores its own checkpoints worse.
+    second = commits(storage)
+    for step, loss in ((20, 0.7), (30, 0.9)):
+        second.note_report({"step": step, "val_loss": loss, "epoch_end": True})
+        second.on_parts(write_parts(storage, step), attempt=2)
+        second.note_report({"step": step + 2, "loss": 0.5})
+    assert committed(storage) == [10, 30]  # the best (before the restart) and the newest
+    assert second.best() == [(10, 0.1), (30, 0.9)]

@@ -24,3 +24,15 @@ def test_quiet_prints_nothing():
     p.message("hello")
     p.finish("bye")
     assert out.getvalue() == ""
+
+
+def test_a_notebook_cell_gets_the_line_redrawn_in_place():
+    # What ipykernel's OutStream looks like to raytf: no terminal, a module of its own.
+    NotebookStream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
+    out = NotebookStream()
+    p = Progress(verbose=1, interval_s=60, stream=out)
+    p.on_reports([Report(0, {"step": 8, "loss": 0.5}, 64, 8.0)])
+    assert p.tty and out.getvalue().startswith("\r") and "\n" not in out.getvalue()
+    log = io.StringIO()  # a log file: whole lines, no carriage returns
+    Progress(verbose=1, interval_s=0, stream=log).on_reports([Report(0, {"step": 8}, 64, 8.0)])
+    assert "\r" not in log.getvalue() and log.getvalue().endswith("\n")
