@@ -17,8 +17,9 @@ each run leaves N fresh ones on each of its nodes when it ends. They are
 matched to runs by environment (Python, raytf, the job's runtime_env), so a
 job with other code never gets a process that cannot load it. Cost: each is
 an idle Python process with TensorFlow imported (``raytf pool list`` shows
-its peak resident memory: 713 MB on CPU here; eight raised this machine's
-used memory by about 2.5 GiB, the libraries' pages being shared).
+its peak resident memory: 713 MB on CPU here; with eight of them and the
+cluster running, this machine's used memory read 3 GiB, shared library pages
+counted once).
 
 A Tune trial's actor may be ended before its run's end replenishes the pool,
 so for a search start enough ahead: ``--per-node`` = trials x workers per node.
