@@ -89,6 +89,15 @@ class JobRun:
         os.kill(pid, sig)
         return pid
 
+    def finish_after_killing(self, rank: int, *, step: int) -> tuple[int, dict | None]:
+        """Start, SIGKILL ``rank`` once the run passed ``step``, and finish (or stop)."""
+        self.start()
+        try:
+            self.signal_worker(rank, signal.SIGKILL, self.wait_for(step=step))
+            return self.finish()
+        finally:
+            self.stop()
+
     def kill_driver(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)

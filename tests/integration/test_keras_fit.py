@@ -6,7 +6,6 @@ tests; the SIGKILL test runs the same arguments and must end with the same weigh
 """
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -119,12 +118,8 @@ def test_the_model_loads_on_the_driver_and_exports_from_any_checkpoint(reference
 
 
 def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster_env, storage):
-    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=FIT_JOB).start()
-    try:
-        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=22))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=FIT_JOB)
+    rc, summary = run.finish_after_killing(1, step=22)
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
     assert summary["weights_digest"] == reference["weights_digest"]
@@ -136,12 +131,8 @@ def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, stor
     """Its own MWMS, TF_CONFIG read by hand, report(checkpoint=), get_checkpoint() after a
     SIGKILL, world rank and size from the context."""
     args = ["--workers", "2", "--epochs", "4", "--steps-per-epoch", "48", "--max-failures", "1"]
-    run = JobRun(storage, "ray-train", *args, env=cluster_env, job=RAY_TRAIN_JOB).start()
-    try:
-        run.signal_worker(0, signal.SIGKILL, run.wait_for(step=60))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    run = JobRun(storage, "ray-train", *args, env=cluster_env, job=RAY_TRAIN_JOB)
+    rc, summary = run.finish_after_killing(0, step=60)
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 2
     workers = summary["workers"]

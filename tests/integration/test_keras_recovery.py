@@ -1,8 +1,6 @@
 """A worker SIGKILLed in the middle of a Keras 3 fit: the run resumes from the last
 checkpoint (taken mid-epoch) and ends exactly as an uninterrupted run, metrics included."""
 
-import signal
-
 import pytest
 
 from .jobrun import KERAS_JOB, JobRun
@@ -20,12 +18,8 @@ def test_sigkill_mid_fit_resumes_to_the_same_weights_and_metrics(cluster_env, st
     rc, reference = ref.finish()
     assert rc == 0 and reference, ref.output()[-3000:]
 
-    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=KERAS_JOB).start()
-    try:
-        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=50))
-        rc, summary = run.finish()
-    finally:
-        run.stop()
+    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=KERAS_JOB)
+    rc, summary = run.finish_after_killing(1, step=50)
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
     assert summary["digests_agree"]
