@@ -22,7 +22,7 @@ from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.errors import ConfigError, TrainingFailedError
 from raytf.messages import CheckpointPart, Report
 from raytf.result import Result
-from raytf.rundir.checkpoints import CKPT_DIR, step_dirname
+from raytf.rundir.checkpoints import CKPT_DIR
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage, check_storage
 from raytf.worker import model_out
@@ -130,9 +130,7 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         elapsed_s=time.monotonic() - t0,
         worker_results=[value],
         checkpoint=ckpts.latest.path if ckpts.latest else None,
-        best_checkpoints=[
-            (storage.url(CKPT_DIR, step_dirname(s)), score) for s, score in ckpts.best()
-        ],
+        best_checkpoints=ckpts.best_checkpoints(),
         error=error,
     )
     if error is not None:

@@ -24,6 +24,7 @@ from raytf.rundir.checkpoints import (
     mark_bad,
     prune,
     ranked,
+    step_dirname,
 )
 from raytf.rundir.storage import Storage
 
@@ -100,6 +101,10 @@ class CheckpointCommits:
             return [(s, None) for s in sorted(self.kept, reverse=True)]
         order = ranked(list(self.kept), scores, self.config.checkpoint_score_order)
         return [(s, scores.get(s)) for s in order]
+
+    def best_checkpoints(self) -> list[tuple[str, float | None]]:
+        """``Result.best_checkpoints``: each kept checkpoint's directory and score, best first."""
+        return [(self.storage.url(CKPT_DIR, step_dirname(s)), score) for s, score in self.best()]
 
     def worker_args(self, keep_last_step: bool = False) -> dict:
         """What each worker's checkpointer needs: where, how often, what to restore, and

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from raytf.driver.failure_policy import failure_message
 from raytf.errors import TrainingFailedError
 from raytf.result import Result
-from raytf.rundir.checkpoints import CKPT_DIR, step_dirname
 
 if TYPE_CHECKING:
     from raytf.driver.controller import Controller
@@ -30,10 +29,7 @@ def build_result(ctrl: Controller, state: str) -> Result:
         elapsed_s=elapsed,
         worker_results=ctrl.outputs.worker_results,
         checkpoint=latest.path if latest else None,
-        best_checkpoints=[
-            (ctrl.storage.url(CKPT_DIR, step_dirname(step)), score)
-            for step, score in ctrl.ckpts.best()
-        ],
+        best_checkpoints=ctrl.ckpts.best_checkpoints(),
         error=ctrl.error,
         failures=[f.describe() for f in ctrl.failures],
         recoveries_s=list(ctrl.watchdog.recoveries_s),

@@ -35,7 +35,6 @@ class ReportCheckpointLogic:
         self._reported = 0
         self._ended: int | None = None  # the last step handed to step_end
         self._ended_resumable = False
-        self.steps_per_epoch: int | None = None
 
     def restore(self, model: Any) -> int:
         """Restore model and optimizer from the latest committed checkpoint; the step after it."""
@@ -45,8 +44,7 @@ class ReportCheckpointLogic:
 
     def initial_epoch_for(self, steps_per_epoch: int) -> int:
         """The epoch ``fit`` resumes at, for an epoch of ``steps_per_epoch`` steps."""
-        self.steps_per_epoch = int(steps_per_epoch)
-        return self.step // self.steps_per_epoch
+        return self.step // int(steps_per_epoch)
 
     def _examples(self) -> int | None:
         if self.global_batch_size is None:
