@@ -17,9 +17,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# An embedded local Ray instance, 2 workers, live progress and a JSON summary last.
+# An embedded local Ray instance, 2 workers, live progress and a JSON summary, then the
+# run's status and a plot of it (RUN_DIR/plot.png).
+DEMO_STORAGE ?= $(HOME)/raytf_results
 demo: setup
-	RAY_DEDUP_LOGS=0 $(BIN)/python jobs/train_synthetic.py --workers 2 --steps 256
+	@name=demo_$$(date +%Y%m%d_%H%M%S); set -e; \
+	$(BIN)/python jobs/train_synthetic.py --workers 2 --steps 256 --checkpoint-every 64 \
+		--storage $(DEMO_STORAGE) --name $$name; \
+	$(BIN)/raytf status $(DEMO_STORAGE)/$$name; \
+	$(BIN)/raytf plot $(DEMO_STORAGE)/$$name
 
 # Lint first (seconds), then every tier: unit, integration, slow fault/multi-node.
 test: setup

@@ -47,6 +47,7 @@ def train_loop(config: dict) -> dict:
         raise ValueError(f"global batch {global_batch} does not divide over {replicas} replicas")
     per_replica = global_batch // replicas
     steps = int(config["steps"])
+    ctx.set_total_steps(steps)  # `raytf status` shows an ETA
     report_every = int(config.get("report_every", 8))
 
     keras.utils.set_random_seed(int(config["seed"]))

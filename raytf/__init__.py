@@ -16,6 +16,7 @@ _EXPORTS = {
     "Callback": "raytf.driver.callbacks",
     "CheckpointConfig": "raytf.config",
     "FailureConfig": "raytf.config",
+    "LoggingConfig": "raytf.config",
     "RunConfig": "raytf.config",
     "ScalingConfig": "raytf.config",
     "TrainContext": "raytf.worker.context",
@@ -50,6 +51,7 @@ __all__ = [
     "DataShardError",
     "FailureConfig",
     "KerasTrainer",
+    "LoggingConfig",
     "PlacementTimeoutError",
     "RaytfError",
     "Result",
@@ -87,7 +89,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from raytf.config import (
+        CheckpointConfig,
+        FailureConfig,
+        LoggingConfig,
+        RunConfig,
+        ScalingConfig,
+    )
     from raytf.data.shard import DataShard
     from raytf.digests import weights_digest
     from raytf.driver.callbacks import Callback

@@ -277,6 +277,45 @@ class FailureConfig:
         _positive_or_none("FailureConfig.unresponsive_timeout_s", self.unresponsive_timeout_s)
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """What a run prints (Ray Train's name). Each rank's whole output, TensorFlow's
+    start-up notes included, is kept in ``RUN_DIR/logs/`` whatever is set here.
+
+    ``log_level``: raytf's logger on the driver and the Python root logger on each
+    worker; None leaves both as the process set them. ``tf_log_level``:
+    ``TF_CPP_MIN_LOG_LEVEL`` on the workers (0 all, 1 no INFO, 2 no WARNING, 3 no
+    ERROR); None takes the driver's environment, else 1. raytf keeps
+    TF's start-up notes off the screen at the same level, since TF prints them before
+    it reads the variable; 0 shows them.
+    """
+
+    log_level: str | None = None
+    tf_log_level: int | None = None
+
+    def __post_init__(self) -> None:
+        bad = not isinstance(self.log_level, str) or self.log_level.upper() not in _LOG_LEVELS
+        if self.log_level is not None and bad:
+            raise ConfigError(
+                f"LoggingConfig.log_level = {self.log_level!r}: must be one of {_LOG_LEVELS}"
+            )
+        level = self.tf_log_level
+        if level is not None and (isinstance(level, bool) or level not in (0, 1, 2, 3)):
+            raise ConfigError(f"LoggingConfig.tf_log_level = {level!r}: must be 0, 1, 2, 3 or None")
+
+    def worker_env(self) -> dict[str, str]:
+        """The variables that carry this to each worker process."""
+        env = {}
+        if self.log_level is not None:
+            env["RAYTF_WORKER_LOG_LEVEL"] = self.log_level.upper()
+        if self.tf_log_level is not None:
+            env["TF_CPP_MIN_LOG_LEVEL"] = str(self.tf_log_level)
+        return env
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Where a run keeps its files and how the driver behaves while it runs.
@@ -284,6 +323,7 @@ class RunConfig:
     The run directory is ``storage_path/name``: running the same name again
     finds the same directory (later: the same checkpoints). ``callbacks`` are
     ``raytf.Callback`` objects called on the driver (``raytf.driver.callbacks``).
+    ``logging_config`` sets what the driver and the workers print.
     """
 
     name: str | None = None
@@ -295,8 +335,13 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     callbacks: tuple = ()
+    logging_config: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.logging_config, LoggingConfig):
+            raise ConfigError(
+                f"RunConfig.logging_config = {self.logging_config!r}: must be a LoggingConfig"
+            )
         if not isinstance(self.callbacks, (list, tuple)):
             raise ConfigError(f"RunConfig.callbacks = {self.callbacks!r}: must be a list")
         for cb in self.callbacks:

@@ -20,7 +20,8 @@ from typing import Any
 from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.errors import ConfigError, TrainingFailedError
-from raytf.messages import CheckpointPart, Report
+from raytf.messages import RUNNING, CheckpointPart, Report, WorkerPoll
+from raytf.observe import RunRecorder
 from raytf.result import Result
 from raytf.rundir.checkpoints import CKPT_DIR
 from raytf.rundir.run_state import RunState
@@ -53,15 +54,17 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
     status = RunState.continuing(storage, name=run_config.name, run_dir=run_dir, scaling=scaling)
     status.attempt += 1
     buffer = _ReportBuffer()
-    events = DriverCallbacks(run_config.callbacks)
+    events = DriverCallbacks([RunRecorder(storage, run_config.name), *run_config.callbacks])
     history: list[dict] = []
 
     def take_reports() -> None:
-        for item in buffer.drain():
-            if isinstance(item, Report):
-                history.append(item.metrics)
-                ckpts.note_report(item.metrics)
-                events.emit("on_report", item.metrics)
+        reports = [item for item in buffer.drain() if isinstance(item, Report)]
+        for item in reports:
+            history.append(item.metrics)
+            ckpts.note_report(item.metrics)
+            events.emit("on_report", item.metrics)
+        poll = WorkerPoll(0, RUNNING, reports=reports, total_steps=buffer.total_steps)
+        events.emit("on_poll", status.attempt, poll)
 
     def on_commit(ckpt) -> None:
         status.checkpoints = ckpts.kept[-20:]
@@ -120,7 +123,7 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         status.add_failure(status.attempt, "fatal", error, time.time())
         events.emit("on_failure", status.attempt, "fatal", error)
     events.emit("on_state", "RUNNING", state)
-    events.close()
+    events.close(state)
     status.record(state, attempt=status.attempt, preemptions=0, workers_ended=True, storage=storage)
     result = Result(
         metrics=history[-1] if history else {},

@@ -107,3 +107,5 @@ class WorkerPoll:
     shard_epochs: list[ShardEpoch] = field(default_factory=list)  # epochs the shards finished
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
     startup: dict | None = None  # phase -> wall time, once: the first poll after step one
+    output: list[str] = field(default_factory=list)  # the process's output lines since the last
+    total_steps: int | None = None  # the loop's own total, once it set one

@@ -37,6 +37,9 @@ class Callback:
     def on_state(self, old: str, new: str) -> None:
         """The run moved from state ``old`` to ``new`` (SCHEDULING, RUNNING, ...)."""
 
+    def on_run_end(self, state: str) -> None:
+        """The run ended as ``state`` (FINISHED, ERRORED, STOPPED); the last call."""
+
 
 class DriverCallbacks:
     """The queue and thread between the controller and the user's callbacks."""
@@ -60,10 +63,12 @@ class DriverCallbacks:
         if old == "RESTARTING" and new == "SCHEDULING":
             self.emit("on_restart", attempt + 1)
 
-    def close(self) -> None:
-        """Let the callbacks see every event of the run (bounded wait), then stop the thread."""
+    def close(self, state: str) -> None:
+        """Tell the callbacks the run ended, let them see every event of the run (bounded
+        wait), then stop the thread."""
         if self._thread is None:
             return
+        self.emit("on_run_end", state)
         self._queue.put(None)
         self._thread.join(_DRAIN_TIMEOUT_S)
         if self._thread.is_alive():
@@ -73,8 +78,11 @@ class DriverCallbacks:
         while (item := self._queue.get()) is not None:
             method, args = item
             for i, cb in enumerate(self.callbacks):
+                call = getattr(cb, method, None)  # raytf's record keepers hear on_poll too
+                if call is None:
+                    continue
                 try:
-                    getattr(cb, method)(*args)
+                    call(*args)
                 except Exception:  # noqa: BLE001 - a callback's bug must not end the run
                     if (i, method) not in self._failed:
                         self._failed.add((i, method))

@@ -35,6 +35,7 @@ from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
 from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, classify
+from raytf.driver.hang_report import explain_hang
 from raytf.driver.listeners import Listeners
 from raytf.driver.outcome import build_result
 from raytf.driver.outputs import Outputs
@@ -56,6 +57,7 @@ from raytf.group.pool import WorkerPool
 from raytf.group.protocols import Group, Pool
 from raytf.group.worker_group import WorkerGroup
 from raytf.messages import FAILED, FINISHED, Command, WorkerPoll
+from raytf.observe import RunRecorder
 from raytf.result import Result
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage
@@ -79,20 +81,18 @@ class Controller:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.fn_ref = fn_ref
-        self.config = config
-        self.scaling = scaling
-        self.run_config = run_config
-        self.progress = progress
+        self.fn_ref, self.config, self.scaling = fn_ref, config, scaling
+        self.run_config, self.progress = run_config, progress
         self.data = data or DataFeed({}, scaling.global_batch_size)
         self.listeners = listeners or Listeners()
-        self.events = DriverCallbacks(run_config.callbacks)
+        self.storage = Storage(run_config.run_dir)
+        recorder = RunRecorder(self.storage, run_config.name)  # metrics.jsonl, logs/, metrics
+        self.events = DriverCallbacks([recorder, *run_config.callbacks])
         self.placement_group = placement_group  # a Tune trial's: the workers go in its bundles
         self.group_cls, self.pool_cls = group_cls, pool_cls
         self.settings = settings or Settings.from_env()
         self.clock = clock
         self.run_dir = run_config.run_dir
-        self.storage = Storage(self.run_dir)
         self.world_size = scaling.max_workers  # the size of the current attempt
         self.ckpts = CheckpointCommits(
             self.storage, run_config.checkpoint_config, self.world_size, self._on_commit
@@ -149,7 +149,7 @@ class Controller:
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
-            self.events.close()
+            self.events.close(nxt.state.value)
         return self._result(nxt.state)
 
     def _step(self, nxt: Next) -> Next:
@@ -250,8 +250,9 @@ class Controller:
         if self.outputs.all_finished(self.world_size):
             return Next(State.FINISHED)
         hang = self.watchdog.check(now, self.group.silent_ranks)
-        if hang is not None:
-            return self._on_failure(hang)
+        if hang is not None:  # each rank's stacks, read before the group is torn down
+            where = (self.group.infos, self.storage, self.attempt, self.watchdog.silent)
+            return self._on_failure(explain_hang(hang, *where))
         if self.ckpts.time_due(now):
             self.group.request_checkpoint("time")
         group, pool = self.group, self.pool
@@ -291,6 +292,7 @@ class Controller:
     def _take(self, poll: WorkerPoll, now: float) -> Restart | None:
         """Route one poll's contents to the policies; a restart a commit calls for."""
         self._take_reports(poll, now)
+        self.events.emit("on_poll", self.attempt, poll)  # the run's record (raytf.observe)
         if poll.step is not None:
             self._take_step(poll.rank, poll.step, now)
         if poll.startup and self.group is not None:  # once per rank and attempt

@@ -10,6 +10,7 @@ assigned to the controller afterwards.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -44,10 +45,14 @@ class RunSpec:
     datasets: dict[str, Any] = field(default_factory=dict)
 
 
-def _configure_logging(settings: Settings) -> None:
-    if settings.log_level:
-        logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        logger.setLevel(settings.log_level.upper())
+def _configure_logging(settings: Settings, run_config: RunConfig) -> None:
+    """RAYTF_LOG_LEVEL, else ``LoggingConfig.log_level``, for raytf's lines on the driver;
+    with neither, the user's own logging set-up is left alone."""
+    level = settings.log_level or run_config.logging_config.log_level
+    if level:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logger.setLevel(level.upper())
 
 
 def make_controller(
@@ -60,8 +65,8 @@ def make_controller(
 ) -> Controller:
     """Join or start Ray, rule out a cluster that can never hold the group, make the driver."""
     settings = Settings.from_env()
-    _configure_logging(settings)
     run_config = spec.run_config
+    _configure_logging(settings, run_config)
     check_storage(run_config.storage_path, run_config.run_dir)  # before Ray: a typo fails fast
     ensure_ray(settings=settings)
     check_cluster(spec.scaling)
@@ -94,6 +99,6 @@ def make_controller(
         data=data,
         listeners=listeners,
         placement_group=placement_group,
-        pool_cls=pool_cls,
+        pool_cls=functools.partial(pool_cls, env=run_config.logging_config.worker_env()),
         settings=settings,
     )

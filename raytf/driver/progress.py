@@ -39,6 +39,7 @@ class Progress:
         self._rate_window: list[tuple[float, int]] = []
         self._last_draw = 0.0
         self._line_open = False
+        self._printed: dict[str, Any] | None = None  # the metrics of the last line printed
 
     # -- inputs -------------------------------------------------------------
     def on_reports(self, reports: list[Report]) -> None:
@@ -100,10 +101,13 @@ class Progress:
             if force or now - self._last_draw >= 0.1:
                 self._write(self.line())
                 self._last_draw = now
-        elif force or now - self._last_draw >= self.interval_s:
+        elif (force or now - self._last_draw >= self.interval_s) and (
+            self._printed is not self.last_metrics  # a log shows each report once
+        ):
             self._end_line()
             print(self.line(), file=self.stream, flush=True)
             self._last_draw = now
+            self._printed = self.last_metrics
 
     def _write(self, text: str) -> None:
         if self.tty:

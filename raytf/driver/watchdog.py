@@ -21,6 +21,7 @@ class Watchdog:
         self._restart_began: float | None = None
         self._restored_step = 0
         self.recoveries_s: list[float] = []
+        self.silent: list[int] = []  # the ranks the last hang found unresponsive
 
     def attempt_started(self, now: float, restored_step: int) -> None:
         self.last_progress = now
@@ -50,7 +51,7 @@ class Watchdog:
         self, now: float, silent_ranks: Callable[[float], list[int]]
     ) -> WorkerHangError | None:
         """A hang, if any: a rank that stopped answering polls, or no progress at all."""
-        silent = silent_ranks(self.config.unresponsive_timeout_s)
+        silent = self.silent = silent_ranks(self.config.unresponsive_timeout_s)
         if silent:
             return WorkerHangError(
                 f"ranks {silent} answered no poll for {self.config.unresponsive_timeout_s:g} s "

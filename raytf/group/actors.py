@@ -20,8 +20,20 @@ WORKER_ENV = {
 }
 # The driver's settings for reaching storage travel to the workers: a worker opens the
 # run's URL itself, and on an existing cluster its process did not inherit the
-# driver's environment (endpoint, credentials, region).
-FORWARDED_PREFIXES = ("FSSPEC_", "AWS_", "GOOGLE_APPLICATION_CREDENTIALS", "RAYTF_")
+# driver's environment (endpoint, credentials, region). So do the logging variables a
+# user sets to quiet (or question) TensorFlow, NCCL and gRPC, but never TF_CONFIG:
+# each worker's is its own.
+FORWARDED_PREFIXES = (
+    "FSSPEC_",
+    "AWS_",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "RAYTF_",
+    "TF_CPP_",
+    "NCCL_DEBUG",
+    "GRPC_VERBOSITY",
+    "GRPC_TRACE",
+    "ABSL_",
+)
 
 
 def worker_env(environ=None) -> dict[str, str]:

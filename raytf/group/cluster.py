@@ -36,7 +36,22 @@ def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) ->
     # to the host's network address, so use another loopback address where Linux has one.
     node_ip = settings.embedded_node_ip if sys.platform.startswith("linux") else None
     cpus = max(os.cpu_count() or 1, min_cpus or 0)
-    ray.init(include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip, num_cpus=cpus)
+    # Ray warns at every start of an instance that token authentication is on: for one
+    # raytf starts on loopback for this process only, that is how it should be.
+    token_note = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _DropTokenNote()
+    token_note.addFilter(quiet)
+    try:
+        ray.init(
+            include_dashboard=False, log_to_driver=True, _node_ip_address=node_ip, num_cpus=cpus
+        )
+    finally:
+        token_note.removeFilter(quiet)
+
+
+class _DropTokenNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
 
 
 def alive_nodes() -> list[dict]:

@@ -35,8 +35,16 @@ STANDBY_PING_TIMEOUT_S = 2.0
 
 
 class WorkerPool:
-    def __init__(self, scaling: ScalingConfig, *, run_name: str, placement_group=None):
+    def __init__(
+        self,
+        scaling: ScalingConfig,
+        *,
+        run_name: str,
+        placement_group=None,
+        env: dict[str, str] | None = None,
+    ):
         self.scaling = scaling
+        self.env = dict(env or {})  # the run's own worker variables (LoggingConfig)
         self.run_name = run_name
         self.bundle = scaling.worker_resources()
         # A Tune trial passes its own placement group; otherwise the pool reserves its slots.
@@ -144,7 +152,7 @@ class WorkerPool:
             claimed = self._claim_kept(slot, gpu_ids)
             if claimed is not None:
                 actor, gpu_ids = claimed
-                env = worker_env()  # this run's, not that of whoever started the process
+                env = self._env()  # this run's, not that of whoever started the process
                 promotions.append(actor.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids, env))
                 out.append((actor, True))
                 continue
@@ -175,7 +183,10 @@ class WorkerPool:
             max_restarts=0,
             max_concurrency=2,
             scheduling_strategy=self.slots.strategy(slot),
-        ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, worker_env())
+        ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, self._env())
+
+    def _env(self) -> dict[str, str]:
+        return {**worker_env(), **self.env}
 
     def remember_gpus(self, infos: list) -> None:
         """The GPUs each active slot's bundle holds, for standbys promoted there later."""
@@ -194,7 +205,7 @@ class WorkerPool:
                 max_restarts=0,
                 max_concurrency=2,
                 scheduling_strategy=self.slots.strategy(slot),
-            ).remote(None, self.world_size, self.scaling.use_gpu, 0, worker_env())
+            ).remote(None, self.world_size, self.scaling.use_gpu, 0, self._env())
             self._first_ping[slot] = self.standbys[slot].ping.remote()
 
     # -- elastic growth ---------------------------------------------------------

@@ -258,6 +258,7 @@ class KerasWorkerRun:
             steps=spe,
         )
         model.stop_training = False
+        ctx.set_total_steps(spec.epochs * spe)
         callbacks.on_train_begin()
         reported = self.step
         epoch = self.step // spe

@@ -58,6 +58,11 @@ class ReportCheckpointLogic:
             self._ended, self._ended_resumable = self.step, resumable
             get_context().step_end(self.step, resumable=resumable)
 
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        params = getattr(self, "params", None) or {}
+        if params.get("steps") and params.get("epochs"):
+            get_context().set_total_steps(int(params["steps"]) * int(params["epochs"]))
+
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         ctx = get_context()
         self.step += 1

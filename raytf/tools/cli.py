@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from raytf.rundir.run_state import STATE_FILE, read_state
@@ -18,7 +19,91 @@ def _status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    print(json.dumps(doc, indent=2, sort_keys=True))
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    import time
+
+    from raytf.rundir.run_log import read_run_log
+    from raytf.tools.status_view import format_status
+
+    print(format_status(doc, read_run_log(args.run_dir), time.time()))
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    import time
+
+    from raytf.rundir.storage import Storage
+    from raytf.tools.runs import format_runs, read_runs, summary
+
+    storage = Storage(args.storage_path)
+    if not storage.exists():
+        print(f"raytf runs: {args.storage_path} does not exist", file=sys.stderr)
+        return 2
+    docs = read_runs(storage)
+    if args.json:
+        print(json.dumps([summary(d) for d in docs], indent=2, sort_keys=True))
+    elif not docs:
+        print(f"no runs under {args.storage_path} (no subdirectory with a {STATE_FILE})")
+    else:
+        print(format_runs(docs, time.time()))
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from raytf.rundir.run_log import LOGS_DIR
+    from raytf.rundir.storage import Storage
+    from raytf.tools import logs
+
+    storage = Storage(args.run_dir)
+    found = logs.rank_logs(storage) if storage.exists(LOGS_DIR) else {}
+    if not found:
+        print(f"raytf logs: no rank logs in {storage.url(LOGS_DIR)}", file=sys.stderr)
+        return 2
+    if args.rank is not None and args.rank not in found:
+        ranks = ", ".join(str(r) for r in found)
+        print(f"raytf logs: no log of rank {args.rank} (there are ranks {ranks})", file=sys.stderr)
+        return 2
+    ranks = list(found) if args.rank is None else [args.rank]
+    prefixed = args.rank is None
+    try:
+        if args.follow:
+            logs.follow(
+                logs.Follower(
+                    storage, ranks if args.rank is not None else None, sys.stdout, prefixed
+                )
+            )
+        else:
+            logs.print_logs(storage, ranks, sys.stdout, prefixed)
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # `raytf logs RUN | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from raytf.rundir.run_log import RUN_LOG, read_run_log
+    from raytf.rundir.run_state import load_previous
+    from raytf.rundir.storage import Storage
+    from raytf.tools.plot_data import plot_data
+
+    storage = Storage(args.run_dir)
+    doc = load_previous(storage)
+    data = plot_data(read_run_log(storage), doc)
+    if data is None:
+        print(
+            f"raytf plot: no reports of rank 0 in {storage.url(RUN_LOG)}: nothing to plot",
+            file=sys.stderr,
+        )
+        return 2
+    from raytf.tools.plot import default_out, draw
+
+    out = args.out or default_out(args.run_dir, doc.get("name"))
+    title = f"{doc.get('name', args.run_dir)}: {doc.get('state', '?')}"
+    print(draw(data, out, title))
     return 0
 
 
@@ -98,9 +183,37 @@ def _version(_: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raytf", description="Ray cluster trainer for TensorFlow")
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="print a run's state as JSON")
+    status = sub.add_parser("status", help="print a run's state (--json for scripts)")
     status.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
+    status.add_argument("--json", action="store_true", help="state.json as it is, for scripts")
     status.set_defaults(func=_status)
+    runs = sub.add_parser("runs", help="list the runs under a storage path, newest first")
+    runs.add_argument("storage_path", help="RunConfig.storage_path: a directory or URL")
+    runs.add_argument("--json", action="store_true", help="one JSON list, for scripts")
+    runs.set_defaults(func=_runs)
+    logs = sub.add_parser(
+        "logs",
+        help="print each rank's output (RUN_DIR/logs); --follow to keep printing",
+        description="Without --rank, every rank's log, each line prefixed '(rank R) ': "
+        "the files one after another, or with --follow interleaved as lines arrive.",
+    )
+    logs.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
+    logs.add_argument("--rank", type=int, default=None, help="only this rank, unprefixed")
+    logs.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing what is appended until the run has ended (or Ctrl-C)",
+    )
+    logs.set_defaults(func=_logs)
+    plot = sub.add_parser(
+        "plot", help="draw a run's reported metrics, restarts and failures as a PNG"
+    )
+    plot.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
+    plot.add_argument(
+        "--out", default=None, help="default: RUN_DIR/plot.png, or ./NAME.png for a URL"
+    )
+    plot.set_defaults(func=_plot)
     validate = sub.add_parser(
         "validate", help="check cluster YAML with Ray's own validator, then raytf's rules"
     )

@@ -10,6 +10,7 @@ background, so the 5-7 s import overlaps placement and port set-up.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -43,6 +44,7 @@ from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
 from raytf.worker.host_copy import HostCopy
+from raytf.worker.output import OutputTap, is_startup_noise, tf_level
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
@@ -50,6 +52,13 @@ from raytf.worker.user_fn import call_user, sendable
 # A claimed kept process no driver has polled for this long lost its driver: it exits.
 # Start-up calls come within seconds; a running group is polled every 0.2 s.
 ORPHAN_S = 300.0
+
+
+def _apply_log_level() -> None:
+    """``LoggingConfig.log_level`` for the Python logging of this worker process."""
+    level = os.environ.get("RAYTF_WORKER_LOG_LEVEL")
+    if level:
+        logging.getLogger().setLevel(level)
 
 
 def _import_tensorflow() -> None:
@@ -76,12 +85,15 @@ class RaytfWorker:
     ):
         self.rank = rank
         self.world_size = world_size
+        self._gpu_ids: tuple[str, ...] = ()
         for key, value in env.items():
             os.environ.setdefault(key, value)
+        # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
+        self._output = OutputTap(self._shown)
+        _apply_log_level()
         refresh_fsspec_env()  # the storage endpoint may have come with env
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
-        self._gpu_ids: tuple[str, ...] = ()
         if rank is not None:
             ray_gpus = ctx.get_accelerator_ids().get("GPU", [])
             self._use_devices(tuple(str(g) for g in ray_gpus), use_gpu, gpus)
@@ -142,6 +154,10 @@ class RaytfWorker:
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpu_ids, use_gpu, gpus)
         self._gpu_ids = gpu_ids if use_gpu else ()
 
+    def _shown(self, line: str) -> bool:
+        """Whether a line of output goes on to the driver's screen (all go to the run dir)."""
+        return not is_startup_noise(line, tf_level=tf_level(), has_gpus=bool(self._gpu_ids))
+
     def ping(self) -> int:
         return os.getpid()
 
@@ -182,6 +198,7 @@ class RaytfWorker:
         if env:
             os.environ.update(env)
             refresh_fsspec_env()
+            _apply_log_level()
         if gpu_ids is None:
             ray_gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
             gpu_ids = [str(g) for g in ray_gpus]
@@ -341,6 +358,8 @@ class RaytfWorker:
             shard_epochs=[i for i in items if isinstance(i, ShardEpoch)],
             positions=dict(self._buffer.positions),
             startup=self._startup(),
+            output=self._output.drain(),
+            total_steps=self._buffer.total_steps,
         )
 
     def _startup(self) -> dict | None:

@@ -67,6 +67,7 @@ class _ReportBuffer:
     waiting: bool = False  # blocked on the next session command: idle, not hung
     beats: int = 0  # work that is not a training step (evaluation) shows it is alive
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
+    total_steps: int | None = None  # what the loop said it will run (status's ETA)
     commands: queue.Queue = field(default_factory=queue.Queue)
 
     def put(self, item: Any) -> None:
@@ -199,6 +200,10 @@ class TrainContext:
     def reply(self, command_id: int, value: Any) -> None:
         """Answer one session command; the driver waits for every rank's answer."""
         self._buffer.put(Reply(self.rank, int(command_id), value))
+
+    def set_total_steps(self, steps: int) -> None:
+        """The step the loop will stop at, when it knows: ``raytf status`` shows an ETA."""
+        self._buffer.total_steps = int(steps)
 
     def step_end(self, step: int, *, resumable: bool = True) -> None:
         """Call after every training step with the global step just finished.

@@ -61,9 +61,9 @@ class JobRun:
         return self
 
     def state(self) -> dict:
-        """What `raytf status RUN_DIR` prints."""
+        """What `raytf status RUN_DIR --json` prints (the contract for scripts)."""
         proc = subprocess.run(
-            [sys.executable, "-m", "raytf.tools.cli", "status", self.run_dir],
+            [sys.executable, "-m", "raytf.tools.cli", "status", self.run_dir, "--json"],
             capture_output=True,
             text=True,
         )

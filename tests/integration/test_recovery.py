@@ -2,6 +2,8 @@
 the weights of an uninterrupted run (CPU ops here are deterministic) and lose nothing
 committed."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -10,6 +12,8 @@ import signal
 import pytest
 
 from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST
+from raytf.rundir.run_log import LOGS_DIR, rank_log_name, read_run_log
+from raytf.tools.cli import main as cli
 
 from .jobrun import FAULT_ARGS, JobRun
 
@@ -58,7 +62,7 @@ def manifests(run_dir):
     return out
 
 
-def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storage):
+def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storage, tmp_path):
     faults = [(45, 1, 0, signal.SIGKILL), (110, 2, 1, signal.SIGKILL)]
     run, rc, summary = faulty_run(storage, "kill2", cluster_env, ["--max-failures", "3"], faults)
     assert rc == 0, run.output()[-3000:]
@@ -68,6 +72,28 @@ def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storag
     assert len(summary["recoveries_s"]) == 2
     # Later attempts ran on promoted standbys; status must show their ranks.
     assert sorted(w["rank"] for w in run.state()["workers"]) == [0, 1]
+    assert_the_record_shows_the_restarts(run.run_dir, tmp_path)
+
+
+def assert_the_record_shows_the_restarts(run_dir, tmp_path):
+    """The event log, each rank's log, the human status and the plot tell the same story."""
+    records = read_run_log(run_dir)
+    assert [r["attempt"] for r in records if r["type"] == "restart"] == [2, 3]
+    assert [r["kind"] for r in records if r["type"] == "failure"] == ["worker_died"] * 2
+    reports0 = [r for r in records if r["type"] == "report" and r["rank"] == 0]
+    assert reports0[-1]["step"] == 160 and {r["attempt"] for r in reports0} == {1, 2, 3}
+    for rank in (0, 1):
+        with open(os.path.join(run_dir, LOGS_DIR, rank_log_name(rank))) as f:
+            assert "--- attempt 3" in f.read()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(["status", run_dir]) == 0
+    assert "worker_died" in out.getvalue() and "FINISHED" in out.getvalue()
+    png = tmp_path / "kill2.png"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli(["plot", run_dir, "--out", str(png)]) == 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000, len(data)
 
 
 def test_hung_worker_is_detected_and_replaced(reference, cluster_env, storage):
@@ -79,6 +105,12 @@ def test_hung_worker_is_detected_and_replaced(reference, cluster_env, storage):
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
     assert "hang" in summary["failures"][0] or "collective" in summary["failures"][0]
     assert_same_result(summary, reference)
+    # Where the stopped rank was, read before the group was torn down: in the error, and
+    # every rank's whole stacks in the run directory.
+    assert "train_synthetic.py" in summary["failures"][0], summary["failures"][0]
+    with open(os.path.join(run.run_dir, "stacks", "attempt_1.txt")) as f:
+        dumps = f.read()
+    assert "rank 0" in dumps and "rank 1" in dumps and "train_loop" in dumps
 
 
 def test_sigterm_checkpoints_first_and_is_not_a_failure(reference, cluster_env, storage):

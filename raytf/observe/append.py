@@ -1,0 +1,67 @@
+"""A file in the run directory that only grows: appended in place, or uploaded whole.
+
+A local (or shared) run directory takes appends directly. An object store has
+no append, so the lines go to a local spool file first and the whole file is
+uploaded when a flush is due (every ``UPLOAD_EVERY_S``) and at the end: what
+``raytf status`` reads from a bucket is at most that old.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+
+from raytf.rundir.storage import Storage
+
+logger = logging.getLogger("raytf")
+
+UPLOAD_EVERY_S = 10.0
+
+
+class AppendFile:
+    def __init__(self, storage: Storage, *parts: str):
+        self.storage, self.parts = storage, parts
+        self._uploaded = 0.0
+        self._dirty = False
+        if storage.local:
+            storage.makedirs(*parts[:-1])
+            self._path = storage.path(*parts)
+        else:
+            self._spool = tempfile.mkdtemp(prefix="raytf-spool-")
+            self._path = os.path.join(self._spool, posixpath.basename(parts[-1]))
+            self._download()
+        self._file = open(self._path, "a", encoding="utf-8")
+
+    def _download(self) -> None:
+        """A driver continuing a run continues its file."""
+        try:
+            if self.storage.exists(*self.parts):
+                self.storage.fs.get_file(self.storage.path(*self.parts), self._path)
+        except Exception as exc:  # noqa: BLE001 - a fresh file is better than none
+            logger.debug("could not fetch %s: %s", self.parts, exc)
+
+    def write(self, text: str) -> None:
+        self._file.write(text)
+        self._dirty = True
+
+    def flush(self, force: bool = False) -> None:
+        self._file.flush()
+        if self.storage.local or not self._dirty:
+            return
+        if force or time.monotonic() - self._uploaded >= UPLOAD_EVERY_S:
+            try:
+                self.storage.fs.put_file(self._path, self.storage.path(*self.parts))
+                self._dirty = False
+            except Exception as exc:  # noqa: BLE001 - the next flush tries again
+                logger.warning("could not upload %s: %s", "/".join(self.parts), exc)
+            self._uploaded = time.monotonic()
+
+    def close(self) -> None:
+        self.flush(force=True)
+        self._file.close()
+        if not self.storage.local:
+            shutil.rmtree(self._spool, ignore_errors=True)
