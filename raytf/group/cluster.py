@@ -31,6 +31,12 @@ def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) ->
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return
+    if _started_here() is not None:
+        # A node of a cluster (``ray submit`` and ``ray exec`` run the job on the head,
+        # with no RAY_ADDRESS): join the cluster ``ray start`` recorded on this machine.
+        # Ray refuses ``num_cpus`` when ``ray.init`` finds that cluster itself.
+        ray.init(address="auto", log_to_driver=True)
+        return
     settings = settings or Settings.from_env()
     # An embedded instance is one machine: keep it on loopback. Ray rewrites 127.0.0.1
     # to the host's network address, so use another loopback address where Linux has one.
@@ -52,6 +58,18 @@ def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) ->
 class _DropTokenNote(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Token authentication is enabled" not in record.getMessage()
+
+
+def _started_here() -> str | None:
+    """The address of the cluster the last ``ray start`` on this machine made, if any
+    (Ray's own lookup: the address file in its temp dir, which ``ray stop`` removes)."""
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        return find_bootstrap_address(None)
+    except Exception as exc:  # noqa: BLE001 - a private helper: no answer means none
+        logger.debug("looking for a local cluster failed: %s", exc)
+        return None
 
 
 def alive_nodes() -> list[dict]:

@@ -18,6 +18,7 @@ SHIPPED = sorted(
 )
 AWS = os.path.join(ROOT, "cluster_configs", "aws-gpu.yaml")
 RAYJOB = os.path.join(ROOT, "cluster_configs", "kuberay", "rayjob.yaml")
+ONPREM = os.path.join(ROOT, "cluster_configs", "onprem.yaml")
 
 
 def errors(path, job=None):
@@ -120,3 +121,23 @@ def test_cli_exit_codes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{broken}: head_node_type: error:" in err and "fix:" in err
     assert main(["validate", "--job-resources", "GPU=1", AWS]) == 2
+
+
+def test_onprem_head_must_run_the_autoscaler_that_starts_every_worker(tmp_path):
+    """Found by ``ray up`` (tests/integration/test_launcher.py): under Ray 2.60's default
+    autoscaler v2 the local provider brought up one of two worker_ips."""
+
+    def v2(doc):
+        doc["head_start_ray_commands"] = [
+            c.replace("RAY_enable_autoscaler_v2=0 ", "") for c in doc["head_start_ray_commands"]
+        ]
+
+    (problem,) = errors(variant(tmp_path, ONPREM, v2))
+    assert problem.path == "head_start_ray_commands"
+    assert "RAY_enable_autoscaler_v2=0" in problem.fix
+
+    def one_worker(doc):
+        v2(doc)
+        doc["provider"]["worker_ips"] = doc["provider"]["worker_ips"][:1]
+
+    assert errors(variant(tmp_path, ONPREM, one_worker)) == []

@@ -140,6 +140,8 @@ def _check_launcher(
                     warning=True,
                 )
             )
+    if provider == "local":
+        problems += _local_provider(path, config)
     if provider != "fake_multinode":  # fake nodes are local processes: nothing to install
         problems += _installs_raytf(path, config, types, head)
     if job_resources:
@@ -221,6 +223,28 @@ def _installs_raytf(path: str, config: dict, types: dict, head: str | None) -> l
                 )
             )
     return problems
+
+
+def _local_provider(path: str, config: dict) -> list[Problem]:
+    """What ``ray up`` of a ``local`` provider config found that Ray's checks do not."""
+    provider = config.get("provider", {})
+    if "coordinator_address" in provider or len(provider.get("worker_ips") or []) < 2:
+        return []
+    # Ray 2.60's ``ray up`` exports RAY_enable_autoscaler_v2=1 before the head's commands;
+    # v2 with the local provider started the first of worker_ips and never the rest
+    # (it kept "adding 1 node to satisfy min count"), while v1 starts them all.
+    head = " ".join(config.get("head_start_ray_commands") or [])
+    if "RAY_enable_autoscaler_v2=0" in head:
+        return []
+    return [
+        Problem(
+            path,
+            "head_start_ray_commands",
+            "`ray up` starts the head with Ray's autoscaler v2, which brings up only the "
+            "first of the local provider's worker_ips",
+            "start the head with `RAY_enable_autoscaler_v2=0 ray start --head ...`",
+        )
+    ]
 
 
 def _resources_from_start(config: dict) -> dict[str, float]:
