@@ -19,7 +19,8 @@ logger = logging.getLogger("raytf")
 
 
 def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) -> None:
-    """Join the cluster named by RAY_ADDRESS, or start an embedded local instance.
+    """Join the cluster named by RAY_ADDRESS, or the one ``ray start`` made on this
+    machine (``ray submit``, ``ray exec``), or start an embedded local instance.
 
     Code that already called ``ray.init`` (with any address) is left as it is,
     so the same job runs unchanged locally and under ``ray job submit``. An

@@ -204,5 +204,7 @@ def test_explain_hang_never_raises(monkeypatch, storage):
     assert "rank 0: x" in error.detail
 
 
-def test_without_ray_nothing_is_started():
+def test_without_ray_nothing_is_started(monkeypatch):
+    # In the whole suite this process has joined the integration tier's Ray by now.
+    monkeypatch.setattr(stacks.ray, "is_initialized", lambda: False)
     assert capture_stacks([_info(0)]) == {0: "stacks not captured: Ray is not running here"}
