@@ -14,6 +14,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# Environment each worker starts with unless the user's (or the node's) says otherwise.
+WORKER_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines drown the user's output
+    "PYTHONUNBUFFERED": "1",  # so forwarded output keeps pace with training
+}
+
 
 def _env(name: str, kind: type, default):
     return field(default=default, metadata={"env": name, "kind": kind})

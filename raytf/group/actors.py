@@ -11,13 +11,10 @@ import os
 
 import ray
 
+from raytf.settings import WORKER_ENV
+
 logger = logging.getLogger("raytf")
 
-# Environment each worker starts with unless the user's environment says otherwise.
-WORKER_ENV = {
-    "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines drown the user's output
-    "PYTHONUNBUFFERED": "1",  # so forwarded output keeps pace with training
-}
 # The driver's settings for reaching storage travel to the workers: a worker opens the
 # run's URL itself, and on an existing cluster its process did not inherit the
 # driver's environment (endpoint, credentials, region). So do the logging variables a

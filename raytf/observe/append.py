@@ -35,14 +35,19 @@ class AppendFile:
             self._path = os.path.join(self._spool, posixpath.basename(parts[-1]))
             self._download()
         self._file = open(self._path, "a", encoding="utf-8")
+        if _ends_mid_line(self._path):
+            self._file.write("\n")  # a driver killed mid-write: its last line stays its own
 
     def _download(self) -> None:
-        """A driver continuing a run continues its file."""
+        """A driver continuing a run continues its file; one that cannot read it writes
+        beside it rather than over the earlier drivers' record."""
         try:
             if self.storage.exists(*self.parts):
                 self.storage.fs.get_file(self.storage.path(*self.parts), self._path)
-        except Exception as exc:  # noqa: BLE001 - a fresh file is better than none
-            logger.debug("could not fetch %s: %s", self.parts, exc)
+        except Exception as exc:  # noqa: BLE001 - a new file is better than none
+            *head, name = self.parts
+            self.parts = (*head, f"{name}.{int(time.time())}")
+            logger.warning("could not read %s (%s): writing %s", name, exc, self.parts[-1])
 
     def write(self, text: str) -> None:
         self._file.write(text)
@@ -63,5 +68,18 @@ class AppendFile:
     def close(self) -> None:
         self.flush(force=True)
         self._file.close()
-        if not self.storage.local:
+        if self.storage.local:
+            return
+        if self._dirty:  # the last upload failed: the spool is the only copy
+            logger.warning("%s was not uploaded; it is kept at %s", self.parts[-1], self._path)
+        else:
             shutil.rmtree(self._spool, ignore_errors=True)
+
+
+def _ends_mid_line(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:  # empty or absent
+        return False

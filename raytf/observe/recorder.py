@@ -10,6 +10,7 @@ bucket gone) costs its record, never the run: the callbacks' thread logs it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,8 @@ from raytf.observe.ray_metrics import RayMetrics
 from raytf.observe.tensorboard import TensorBoardWriter
 from raytf.rundir.run_log import LOGS_DIR, RUN_LOG, rank_log_name
 from raytf.rundir.storage import Storage
+
+logger = logging.getLogger("raytf")
 
 
 class RunRecorder:
@@ -32,6 +35,7 @@ class RunRecorder:
         self._total: int | None = None
         self.tensorboard = TensorBoardWriter(storage)
         self.metrics = RayMetrics(run_name)
+        self._broken: set[str] = set()
 
     def _write(self, record_type: str, at: float | None = None, **fields: Any) -> None:
         doc = {"type": record_type, "time": round(at or time.time(), 3), **fields}
@@ -46,14 +50,25 @@ class RunRecorder:
                 metrics=r.metrics, examples=r.examples,
             )  # fmt: skip
             if r.rank == 0:
-                self.tensorboard.add(r)
-                self.metrics.on_report(r, attempt)
+                self._feed("tensorboard", lambda r=r: self.tensorboard.add(r))
+                self._feed("metrics", lambda r=r: self.metrics.on_report(r, attempt))
         if poll.total_steps is not None and poll.total_steps != self._total:
             self._total = poll.total_steps
             self._write("total_steps", value=poll.total_steps)
         if poll.output:
             self._rank_log(poll.rank, attempt, poll.output)
         self.events.flush()
+
+    def _feed(self, keeper: str, call) -> None:
+        """One keeper failing (a broken tensorboardX, Ray's metrics) costs its own record
+        only, once said, never the event log's or the rank logs'."""
+        if keeper in self._broken:
+            return
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - said once, then that keeper is left alone
+            self._broken.add(keeper)
+            logger.exception("raytf's %s record stops here", keeper)
 
     def _rank_log(self, rank: int, attempt: int, lines: list[str]) -> None:
         log = self.logs.get(rank)
@@ -70,17 +85,17 @@ class RunRecorder:
 
     def on_checkpoint(self, step: int, path: str) -> None:
         self._write("checkpoint", step=step, path=path)
-        self.metrics.on_checkpoint()
+        self._feed("metrics", self.metrics.on_checkpoint)
         self.events.flush()
 
     def on_failure(self, attempt: int, kind: str, error: BaseException) -> None:
         self._write("failure", attempt=attempt, kind=kind, error=f"{type(error).__name__}: {error}")
-        self.metrics.on_failure()
+        self._feed("metrics", self.metrics.on_failure)
         self.events.flush()
 
     def on_restart(self, attempt: int) -> None:
         self._write("restart", attempt=attempt)
-        self.metrics.on_restart(attempt)
+        self._feed("metrics", lambda: self.metrics.on_restart(attempt))
         self.events.flush()
 
     def on_state(self, old: str, new: str) -> None:
@@ -88,5 +103,6 @@ class RunRecorder:
 
     def on_run_end(self, state: str) -> None:
         self._write("end", state=state)
-        for keeper in (self.events, *self.logs.values(), self.tensorboard):
+        for keeper in (self.events, *self.logs.values()):
             keeper.close()
+        self._feed("tensorboard", self.tensorboard.close)

@@ -27,7 +27,11 @@ def _status(args: argparse.Namespace) -> int:
     from raytf.rundir.run_log import read_run_log
     from raytf.tools.status_view import format_status
 
-    print(format_status(doc, read_run_log(args.run_dir), time.time()))
+    try:
+        records = read_run_log(args.run_dir)
+    except OSError:  # the state alone still says most of it
+        records = []
+    print(format_status(doc, records, time.time()))
     return 0
 
 

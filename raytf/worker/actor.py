@@ -37,14 +37,14 @@ from raytf.messages import (
     WorkerPoll,
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
-from raytf.settings import Settings
+from raytf.settings import WORKER_ENV, Settings
 from raytf.worker import keras_fit, model_out, teardown
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
 from raytf.worker.host_copy import HostCopy
-from raytf.worker.output import OutputTap, is_startup_noise, tf_level
+from raytf.worker.output import OutputTap, tf_level
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
@@ -87,9 +87,12 @@ class RaytfWorker:
         self.world_size = world_size
         self._gpu_ids: tuple[str, ...] = ()
         for key, value in env.items():
-            os.environ.setdefault(key, value)
+            if WORKER_ENV.get(key) == value:
+                os.environ.setdefault(key, value)  # raytf's default yields to the node's
+            else:
+                os.environ[key] = value  # what the driver's user set wins
         # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
-        self._output = OutputTap(self._shown)
+        self._output = OutputTap()
         _apply_log_level()
         refresh_fsspec_env()  # the storage endpoint may have come with env
         ctx = ray.get_runtime_context()
@@ -153,10 +156,8 @@ class RaytfWorker:
         # Before TF initialises CUDA (at strategy creation), never after.
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpu_ids, use_gpu, gpus)
         self._gpu_ids = gpu_ids if use_gpu else ()
-
-    def _shown(self, line: str) -> bool:
-        """Whether a line of output goes on to the driver's screen (all go to the run dir)."""
-        return not is_startup_noise(line, tf_level=tf_level(), has_gpus=bool(self._gpu_ids))
+        # Its output's pumps judge TF's CUDA lines by this (and the run's log level).
+        self._output.settings(tf_level=tf_level(), has_gpus=bool(self._gpu_ids))
 
     def ping(self) -> int:
         return os.getpid()

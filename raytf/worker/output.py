@@ -3,65 +3,38 @@
 TensorFlow prints its start-up notes (oneDNN, "Could not find cuda drivers",
 the CPU-feature guard, and on a CPU-only job "failed call to cuInit") from
 C++ before absl's logging is initialised, where ``TF_CPP_MIN_LOG_LEVEL`` is
-not yet read (TF 2.21): every rank prints them, twice, and nothing in the
-environment stops it. So the process's own file descriptors 1 and 2 are
-piped through a thread here, installed before TensorFlow is imported: each
-line is kept for the driver's poll (``RUN_DIR/logs/rank_<R>.log`` gets the
-whole output) and passed on to the descriptor Ray reads, which forwards it to
-the driver's screen, unless ``is_startup_noise`` says it is a note the
-user's log level asked not to see. Each line passes once, in order within
-its stream (stdout and stderr are a pipe each).
-
-A process killed with SIGKILL loses what the thread had not yet passed on
-(it reads continuously: at most the last fraction of a second).
+not yet read (TF 2.21): every rank printed them, twice, and nothing in the
+environment stops it. So the worker's fds 1 and 2 become pipes, installed
+before TensorFlow is imported, each read by a small process of its own
+(``raytf.worker.output_pump``) that passes each line on to the file Ray
+forwards to the driver's screen, unless it is a note the log level hides, and
+keeps every line in a file the worker's poll reads (``RUN_DIR/logs``). Each
+line passes once, in order within its stream; what a dying worker wrote last
+still reaches the screen (the pump drains the pipe after the worker is gone).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import re
-import select
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
+import subprocess
+import sys
+import tempfile
 
-from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME, LOG_PREFIX_TASK_NAME
+from ray._private import ray_constants
 
-# glog/absl's line prefix: severity, date, time (before absl is initialised, "00:00:"
-# and the seconds since 1970), thread id, file:line]
-_ABSL = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.\-/]+:\d+\] ")
-_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
-_PRE_INIT = "WARNING: All log messages before absl::InitializeLog() is called"
-_CPU_GUARD_TAIL = "To enable the following instructions:"
-_CUINIT = "failed call to cuInit"
-# Warnings TF gives on every run that ask nothing of the user: a common pipeline's, and
-# the SIGTERM of the group's own teardown (a real one is raytf's termination notice).
-_HARMLESS = ("GeneratorDatasetOp::Dataset will not be optimized", "] SIGTERM caught at ")
-_KEEP_LINES = 20_000  # held for the driver between polls; the oldest go first
-_PARTIAL_S = 0.5  # a line without its newline yet (a \r progress bar) is passed on after this
+from raytf.worker import output_pump
+from raytf.worker.output_pump import CONTROL, is_startup_noise  # noqa: F401 - re-exported
 
-
-def is_startup_noise(line: str, *, tf_level: int, has_gpus: bool) -> bool:
-    """Whether ``line`` is one of TF's notes that ``TF_CPP_MIN_LOG_LEVEL=tf_level`` hides
-    once TF reads it: INFO from 1, WARNING from 2, ERROR from 3 (TF's own meaning).
-
-    Level 0 shows everything. The cuInit error is an error only where the worker has
-    GPUs: on a CPU-only worker it says that no GPU was found, which the job asked for.
-    """
-    if tf_level <= 0:
-        return False
-    text = line.strip()
-    if text.startswith(_PRE_INIT) or text.startswith(_CPU_GUARD_TAIL):
-        return True
-    match = _ABSL.match(text)
-    if match is None:
-        return False
-    if _CUINIT in text and not has_gpus:
-        return True
-    if any(h in text for h in _HARMLESS):
-        return True
-    return _LEVELS[match.group(1)] < tf_level
+LINE_BYTES = 16 << 10  # a longer line reaches the run directory cut to this
+POLL_BYTES = 1 << 20  # what one poll carries at most; the rest waits for the next
+_PIPE_BYTES = 1 << 20  # room in each pipe (Linux's default is 64 KiB)
+_RAY_MARKERS = (
+    ray_constants.LOG_PREFIX_ACTOR_NAME,
+    ray_constants.LOG_PREFIX_TASK_NAME,
+    ray_constants.LOG_PREFIX_JOB_ID,
+    ray_constants.LOG_PREFIX_EVENT_SUMMARY,
+)
 
 
 def tf_level(environ=None) -> int:
@@ -74,52 +47,62 @@ def tf_level(environ=None) -> int:
 
 
 class OutputTap:
-    """Fds 1 and 2 through a pipe each; ``drain()`` hands the driver the lines since the last."""
+    """Fds 1 and 2 through a pump process each; ``drain()`` hands the driver the new lines."""
 
-    def __init__(self, show: Callable[[str], bool]):
-        self._show = show
-        self._lines: deque[str] = deque(maxlen=_KEEP_LINES)
-        self._lock = threading.Lock()
+    def __init__(self):
+        self._keep: list[tuple[str, int]] = []  # (keep file, bytes read so far) per stream
+        self.pumps: list[subprocess.Popen] = []
+        level = str(tf_level())
         for fd in (1, 2):
             read_end, write_end = os.pipe()
+            try:
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+            except OSError:
+                pass  # a smaller pipe only means the writer waits on the pump sooner
             original = os.dup(fd)
+            handle, keep = tempfile.mkstemp(prefix=f"raytf-out-{os.getpid()}-{fd}-")
+            os.close(handle)
+            self.pumps.append(
+                subprocess.Popen(
+                    [sys.executable, "-S", output_pump.__file__, str(read_end), str(original)]
+                    + [keep, level],
+                    pass_fds=(read_end, original),
+                    stdin=subprocess.DEVNULL,
+                    stdout=original,
+                    stderr=original,
+                    start_new_session=True,  # outlives the worker: drains what it wrote last
+                )
+            )
+            os.close(read_end)
+            os.close(original)
             os.dup2(write_end, fd)
             os.close(write_end)
-            threading.Thread(
-                target=self._pump, args=(read_end, original), daemon=True, name=f"raytf-out{fd}"
-            ).start()
+            self._keep.append((keep, 0))
 
-    def drain(self, limit: int = 2000) -> list[str]:
-        with self._lock:
-            n = min(limit, len(self._lines))
-            return [self._lines.popleft() for _ in range(n)]
+    def settings(self, *, tf_level: int, has_gpus: bool) -> None:
+        """Tell both pumps, in order with the output before it (a promoted worker's GPUs)."""
+        line = f"{CONTROL}tf_level={tf_level} gpus={int(has_gpus)}\n".encode()
+        for fd in (1, 2):
+            os.write(fd, line)
 
-    def _pump(self, read_end: int, original: int) -> None:
-        pending = b""
-        since = 0.0
-        while True:
-            ready, _, _ = select.select([read_end], [], [], _PARTIAL_S)
-            if ready:
-                chunk = os.read(read_end, 65536)
-                if not chunk:
-                    break
-                if not pending:
-                    since = time.monotonic()
-                pending += chunk
-            *whole, pending = pending.split(b"\n")
-            for raw in whole:
-                self._line(raw + b"\n", original)
-            if pending and time.monotonic() - since >= _PARTIAL_S:
-                self._line(pending, original)
-                pending = b""
-
-    def _line(self, raw: bytes, original: int) -> None:
-        text = raw.decode("utf-8", "replace")
-        if not text.startswith((LOG_PREFIX_ACTOR_NAME, LOG_PREFIX_TASK_NAME)):  # Ray's markers
-            with self._lock:
-                self._lines.append(text.rstrip("\n"))
-        try:
-            if self._show(text):
-                os.write(original, raw)
-        except Exception:  # noqa: BLE001 - output must never kill the process
-            os.write(original, raw)
+    def drain(self) -> list[str]:
+        """The lines kept since the last call, stdout's then stderr's."""
+        lines: list[str] = []
+        budget = POLL_BYTES
+        for i, (path, offset) in enumerate(self._keep):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(max(budget, 0))
+            except OSError:
+                continue
+            whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+            if not whole and budget and len(data) >= budget:
+                whole = data  # one line longer than a poll carries: cut here
+            self._keep[i] = (path, offset + len(whole))
+            budget -= len(whole)
+            for raw in whole.splitlines():
+                text = raw[:LINE_BYTES].decode("utf-8", "replace")
+                if not text.startswith(_RAY_MARKERS):  # Ray's own, for its log monitor
+                    lines.append(text)
+        return lines

@@ -47,9 +47,22 @@ def sh(cmd: str) -> None:
     subprocess.run(cmd, shell=True, check=True)
 
 
-def setup_namespace() -> None:
+def setup_namespace(root: str) -> None:
     sh("ip link set lo up")
+    # A checkout (and its venv) under /tmp, as a CI clone may be, must stay visible once
+    # /tmp is replaced: held open by a descriptor, bound back at the same path after.
+    needed = {os.path.realpath(p) for p in (root, sys.prefix)}
+    under = sorted(p for p in needed if p.startswith("/tmp/"))
+    kept = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in under]
     sh("mount -t tmpfs -o mode=1777 tmpfs /tmp")
+    for path, fd in kept:
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(
+            ["mount", "--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{fd}", path],
+            check=True,
+            pass_fds=(fd,),
+        )
+        os.close(fd)
     os.makedirs(SHARED)
     sh("mount -t tmpfs -o mode=0755 tmpfs /run")  # for sshd's privilege-separation dir
     os.makedirs("/run/sshd", mode=0o755)
@@ -189,7 +202,7 @@ def tail(result: dict, n: int = 60) -> dict:
 
 
 def main(root: str) -> dict:
-    setup_namespace()
+    setup_namespace(root)
     machines = [start_machine(ip, i) for i, ip in enumerate([HEAD, *WORKERS])]
     out: dict = {"timings": {}}
     for ip in [HEAD, *WORKERS]:
@@ -220,7 +233,8 @@ def main(root: str) -> dict:
         out["submit"] = tail(submit)
         out["timings"]["ray_submit_s"] = submit["s"]
         out["timings"]["ray_submit_to_last_line_s"] = submit["first_match_s"]
-        status = run([ray, "exec", config, f"raytf status {SHARED}/submitted"], env, root, 60)
+        show = f"raytf status {SHARED}/submitted --json"
+        status = run([ray, "exec", config, show], env, root, 60)
         out["status"] = tail(status, 400)
         # The same job run directly on the head, from the synced checkout, joining by
         # RAY_ADDRESS (a driver runs on a node of the cluster: it needs a local raylet).

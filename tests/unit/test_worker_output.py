@@ -1,5 +1,6 @@
 """What a worker's output shows on the driver's screen, and what reaches the run directory."""
 
+import json
 import os
 import subprocess
 import sys
@@ -71,29 +72,57 @@ def test_logging_config_carries_its_levels_and_names_a_bad_value():
         LoggingConfig(tf_log_level=5)
 
 
-def test_the_tap_keeps_every_line_and_shows_only_what_passes(tmp_path):
-    """A real process: C-level writes to fd 2 and Python prints both go through the tap."""
+NOTE = "I0000 00:00:1796410071.845559    5867 port.cc:153] oneDNN custom operations are on."
+
+
+def run_tapped(body: str, tmp_path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``body`` in a fresh process whose output goes through an ``OutputTap`` (raytf's
+    default TF level, 1); returns the process and the lines the tap kept."""
+    kept = tmp_path / "kept.json"
     script = textwrap.dedent(
-        """
-        import os, sys, time
+        f"""
+        import json, os, sys, time
         from raytf.worker.output import OutputTap
-        tap = OutputTap(lambda line: "hide" not in line)
-        print("one", flush=True)
-        os.write(2, b"hide this\\n")
-        print("two", file=sys.stderr, flush=True)
-        time.sleep(0.3)
-        kept = tap.drain()
-        os.write(int(sys.argv[1]), ("|".join(kept)).encode())
+        tap = OutputTap()
+        def keep():
+            time.sleep(0.3)
+            open({str(kept)!r}, "w").write(json.dumps(tap.drain()))
         """
+    ) + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    cmd = [sys.executable, "-c", script]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    return proc, json.loads(kept.read_text()) if kept.exists() else []
+
+
+def test_the_tap_keeps_every_line_and_shows_only_what_the_level_allows(tmp_path):
+    """C-level writes to fd 2 and Python prints both go through the pumps; a settings
+    line changes what is shown from that point on, and is itself neither shown nor kept."""
+    proc, kept = run_tapped(
+        f"""
+        print("one", flush=True)
+        os.write(2, b"{NOTE}\\n")
+        print("two", file=sys.stderr, flush=True)
+        tap.settings(tf_level=0, has_gpus=False)
+        os.write(2, b"{NOTE} again\\n")
+        keep()
+        """,
+        tmp_path,
     )
-    r, w = os.pipe()
-    cmd = [sys.executable, "-c", script, str(w)]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.run(cmd, capture_output=True, text=True, pass_fds=(w,), timeout=60, env=env)
-    os.close(w)
-    kept = os.read(r, 65536).decode().split("|")
     assert proc.returncode == 0, proc.stderr
-    # In order within each stream (stdout and stderr are two pipes, each read by a thread).
-    assert sorted(kept) == ["hide this", "one", "two"]
-    assert kept.index("hide this") < kept.index("two")
-    assert proc.stdout == "one\n" and proc.stderr == "two\n"
+    assert proc.stdout == "one\n"
+    assert proc.stderr == f"two\n{NOTE} again\n"
+    assert kept == ["one", NOTE, "two", f"{NOTE} again"]
+
+
+def test_what_a_dying_worker_wrote_last_still_reaches_the_screen(tmp_path):
+    """TF's fatal CHECK prints, then aborts: the pump, a process of its own, drains it."""
+    proc, _ = run_tapped(
+        """
+        os.write(2, b"F0000 00:00:1.0  1 op.cc:1] Check failed: the last words\\n")
+        os.abort()
+        """,
+        tmp_path,
+    )
+    assert proc.returncode != 0
+    assert "Check failed: the last words" in proc.stderr

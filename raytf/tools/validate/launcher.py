@@ -142,6 +142,7 @@ def _check_launcher(
             )
     if provider == "local":
         problems += _local_provider(path, config)
+    problems += _synced_checkout(path, config)
     if provider != "fake_multinode":  # fake nodes are local processes: nothing to install
         problems += _installs_raytf(path, config, types, head)
     if job_resources:
@@ -150,6 +151,30 @@ def _check_launcher(
             pools = {"local.cluster.node": _resources_from_start(config)}
         problems += job_fits(path, "available_node_types", pools, job_resources)
     return problems
+
+
+def _synced_checkout(path: str, config: dict) -> list[Problem]:
+    """A file mount of a local directory copies everything in it to every node at
+    ``ray up``: a checkout's virtualenv (1.5 GB with TensorFlow) too, unless the copy
+    honours .gitignore (measured: 73 s to a ready 3-node loopback cluster, 17-20 s
+    without the venv)."""
+    local_dirs = [
+        remote
+        for remote, local in (config.get("file_mounts") or {}).items()
+        if isinstance(local, str) and not local.startswith(("s3://", "gs://"))
+    ]
+    if not local_dirs or config.get("rsync_filter") or config.get("rsync_exclude"):
+        return []
+    return [
+        Problem(
+            path,
+            "file_mounts",
+            f"{', '.join(local_dirs)}: every file of the local directory goes to every node, "
+            "a virtualenv or build output in it included",
+            'add `rsync_filter: [".gitignore"]` (or an rsync_exclude list)',
+            warning=True,
+        )
+    ]
 
 
 def _looks_like_gpu(provider: str | None, node_config: dict[str, Any]) -> bool | None:
