@@ -25,7 +25,8 @@ logger = logging.getLogger("raytf")
 
 
 class RunRecorder:
-    """A ``raytf.Callback`` in all but name: the controller emits to it like to the user's."""
+    """A driver callback: the controller emits to it as to the user's, and ``on_poll``
+    (every rank's reports, where ``on_report`` has rank 0's) to it alone."""
 
     def __init__(self, storage: Storage, run_name: str):
         self.storage = storage
@@ -80,9 +81,6 @@ class RunRecorder:
         log.write("".join(line + "\n" for line in lines))
         log.flush()
 
-    def on_report(self, metrics: dict[str, Any]) -> None:
-        pass  # every rank's reports come with on_poll
-
     def on_checkpoint(self, step: int, path: str) -> None:
         self._write("checkpoint", step=step, path=path)
         self._feed("metrics", self.metrics.on_checkpoint)
@@ -97,9 +95,6 @@ class RunRecorder:
         self._write("restart", attempt=attempt)
         self._feed("metrics", lambda: self.metrics.on_restart(attempt))
         self.events.flush()
-
-    def on_state(self, old: str, new: str) -> None:
-        pass
 
     def on_run_end(self, state: str) -> None:
         self._write("end", state=state)

@@ -24,7 +24,7 @@ import tempfile
 from ray._private import ray_constants
 
 from raytf.worker import output_pump
-from raytf.worker.output_pump import CONTROL, is_startup_noise  # noqa: F401 - re-exported
+from raytf.worker.output_pump import CONTROL
 
 LINE_BYTES = 16 << 10  # a longer line reaches the run directory cut to this
 POLL_BYTES = 1 << 20  # what one poll carries at most; the rest waits for the next

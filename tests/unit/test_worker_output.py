@@ -11,7 +11,8 @@ import pytest
 from raytf.config import LoggingConfig
 from raytf.errors import ConfigError
 from raytf.group.actors import worker_env
-from raytf.worker.output import is_startup_noise, tf_level
+from raytf.worker.output import tf_level
+from raytf.worker.output_pump import is_startup_noise
 
 pytestmark = pytest.mark.unit
 
