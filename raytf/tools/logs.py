@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from raytf.driver.states import State
 from raytf.rundir.run_log import LOGS_DIR
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.storage import Storage
@@ -25,7 +26,6 @@ QUIET_S = 2.0  # after the run ended, this long without a new line and following
 # On an object store the driver uploads a log whole every 10 s and last after state.json says
 # the run ended: wait past one upload, or its last lines are missed.
 REMOTE_QUIET_S = 12.0
-TERMINAL_STATES = ("FINISHED", "ERRORED", "STOPPED")
 _utf8 = codecs.getincrementaldecoder("utf-8")
 _LOG_RE = re.compile(r"^rank_(\d+)\.log$")
 
@@ -66,7 +66,8 @@ def print_logs(storage: Storage, ranks: list[int], out: TextIO, prefixed: bool) 
 
 def run_ended(storage: Storage) -> bool:
     try:
-        return storage.read_json(STATE_FILE).get("state") in TERMINAL_STATES
+        state = storage.read_json(STATE_FILE).get("state")
+        return state in {s.value for s in State if s.is_terminal}  # the driver's own list
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -50,7 +50,7 @@ class OutputTap:
     """Fds 1 and 2 through a pump process each; ``drain()`` hands the driver the new lines."""
 
     def __init__(self):
-        self._keep: list[tuple[str, int]] = []  # (keep file, bytes read so far) per stream
+        self._keep: list[list] = []  # [keep file open for reading, bytes taken] per stream
         self.pumps: list[subprocess.Popen] = []
         level = str(tf_level())
         for fd in (1, 2):
@@ -61,7 +61,6 @@ class OutputTap:
                 pass  # a smaller pipe only means the writer waits on the pump sooner
             original = os.dup(fd)
             handle, keep = tempfile.mkstemp(prefix=f"raytf-out-{os.getpid()}-{fd}-")
-            os.close(handle)
             self.pumps.append(
                 subprocess.Popen(
                     [sys.executable, "-S", output_pump.__file__, str(read_end), str(original)]
@@ -77,7 +76,7 @@ class OutputTap:
             os.close(original)
             os.dup2(write_end, fd)
             os.close(write_end)
-            self._keep.append((keep, 0))
+            self._keep.append([os.fdopen(handle, "rb"), 0])  # read here, appended by the pump
 
     def settings(self, *, tf_level: int, has_gpus: bool) -> None:
         """Tell both pumps, in order with the output before it (a promoted worker's GPUs)."""
@@ -89,17 +88,14 @@ class OutputTap:
         """The lines kept since the last call, stdout's then stderr's."""
         lines: list[str] = []
         budget = POLL_BYTES
-        for i, (path, offset) in enumerate(self._keep):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read(max(budget, 0))
-            except OSError:
-                continue
+        for keep in self._keep:
+            f, offset = keep
+            f.seek(offset)
+            data = f.read(max(budget, 0))
             whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
             if not whole and budget and len(data) >= budget:
                 whole = data  # one line longer than a poll carries: cut here
-            self._keep[i] = (path, offset + len(whole))
+            keep[1] = offset + len(whole)
             budget -= len(whole)
             for raw in whole.splitlines():
                 text = raw[:LINE_BYTES].decode("utf-8", "replace")
