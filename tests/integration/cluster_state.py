@@ -32,3 +32,16 @@ def assert_nothing_left(timeout_s: float = 10.0) -> None:
             return
         assert time.monotonic() < deadline, f"left behind: actors {actors}, groups {pgs}"
         time.sleep(0.5)
+
+
+def wait_until_idle(timeout_s: float = 30.0) -> float:
+    """Every CPU of the cluster is free again: actors killed and groups removed by the
+    test before give their resources back asynchronously. Returns the CPUs free."""
+    deadline = time.monotonic() + timeout_s
+    total = ray.cluster_resources().get("CPU", 0)
+    while True:
+        free = ray.available_resources().get("CPU", 0)
+        if free >= total:
+            return free
+        assert time.monotonic() < deadline, f"{free} of {total} CPUs free after {timeout_s} s"
+        time.sleep(0.2)

@@ -1,4 +1,4 @@
-"""The benchmark job in smoke mode: every figure of every way is produced, and positive.
+"""The benchmark job in smoke mode: every figure of every way is produced (durations positive).
 
 Its own driver process with its own embedded Ray instance, as a user runs it
 (the real, timed runs are ``make bench``, never a test). The suite runs raytf
@@ -7,6 +7,7 @@ and the hand-launched floor only: Ray Train's column (its start-up alone
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,7 +47,8 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
         assert base["digests_agree"], way
     (rec,) = runs["mlp/raytf/recovery"]  # smoke: it also gives the checkpoint figures
     assert rec["recovery_s"] > 0 and rec["digests_agree"], rec
-    assert "ckpt_excess_pct" in rec and rec["first_save_ms"] > 0, rec
+    # Excesses over a median step: on the smoke's small model they may be about 0 either way.
+    assert math.isfinite(rec["ckpt_excess_pct"]) and math.isfinite(rec["first_save_ms"]), rec
     assert not [k for k in runs if "raytrain" in k]
     (base,) = runs["mlp/raytf/base"]
     phases = base["startup"]  # seconds after fit() was called
@@ -70,7 +72,7 @@ def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
     out = tmp_path / "ckpt.json"
     run_alone(
         ["-m", "raytf.tools.cli", "bench", "checkpoints", "--smoke"]
-        + ["--modes", "async", "--goodput-steps", "400", "--kill-every", "8"]
+        + ["--modes", "async", "--goodput-steps", "150", "--kill-every", "15"]
         + ["--storage", str(tmp_path / "runs"), "--json", str(out)]
     )
     doc = json.loads(out.read_text())

@@ -17,6 +17,8 @@ from raytf.config import ScalingConfig
 from raytf.group.pool import kill_actor
 from raytf.group.slots import ElasticSlots
 
+from .cluster_state import wait_until_idle
+
 
 def _pids(actors) -> list[int]:
     return ray.get([a.ping.remote() for a in actors], timeout=60)
@@ -73,7 +75,7 @@ def test_pool_promotes_standbys_and_replaces_a_killed_one(ray_cluster):
 
 
 def test_elastic_slots_place_what_fits_and_give_back_a_drained_node(ray_cluster):
-    cpus = ray.cluster_resources()["CPU"]
+    cpus = wait_until_idle()  # the test before gave its CPUs back asynchronously
     per = cpus / 2 - 0.25  # two fit on the cluster, a third does not
     scaling = ScalingConfig(num_workers=(1, 3), resources_per_worker={"CPU": per}, elastic_wait_s=1)
     slots = ElasticSlots(scaling, "elastic-test")
