@@ -31,10 +31,30 @@ WORKER_PORT_BASE = 20000
 WORKER_PORTS_PER_NODE = 400  # up to 32 nodes below 32768
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_ports(count: int, taken: set[int]) -> list[int]:
+    """``count`` distinct ports, none in ``taken``, free on every local address.
+
+    Every socket stays bound until all are picked: one bound and closed at a time,
+    the kernel may hand the same port out twice (seen: a node's object manager and
+    dashboard agent given one port, and its ``ray start`` refused). Bound on the
+    wildcard address, so a port another node holds on 127.0.0.1 only (Ray's dashboard
+    agent listens there too) is not picked."""
+    picked: list[int] = []
+    held: list[socket.socket] = []
+    try:
+        while len(picked) < count:
+            if len(held) > count + 1000:
+                raise RuntimeError(f"found only {len(picked)} of {count} free ports")
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+            if port not in taken:
+                picked.append(port)
+    finally:
+        for sock in held:
+            sock.close()
+    return picked
 
 
 def _ray_executable() -> str:
@@ -155,6 +175,7 @@ class LocalCluster:
         self.nodes: list[LocalNode] = []
         self.port = 0
         self.dashboard_port = 0
+        self._ports_given: set[int] = set()  # to this cluster's nodes: never twice
 
     # -- addresses and environment ----------------------------------------
     @property
@@ -173,8 +194,7 @@ class LocalCluster:
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> str:
         try:
-            self.port = _free_port("127.0.0.2")
-            self.dashboard_port = _free_port("127.0.0.2")
+            self.port, self.dashboard_port = self._free_ports(2)
             self._start_node(head=True, cpus=self.head_cpus, gpus=self.head_gpus)
             for _ in range(self.num_nodes):
                 self.add_node()
@@ -209,18 +229,19 @@ class LocalCluster:
                     raise
         raise AssertionError("unreachable")
 
+    def _free_ports(self, count: int) -> list[int]:
+        ports = free_ports(count, self._ports_given)
+        self._ports_given.update(ports)
+        return ports
+
     def _start_node_once(self, *, head: bool, cpus: int, gpus: int, wrap=None) -> LocalNode:
         index = len(self.nodes)
         ip = f"127.0.0.{2 + index}"
-        ports = {
-            "--node-manager-port": _free_port(ip),
-            "--object-manager-port": _free_port(ip),
-            "--dashboard-agent-listen-port": _free_port(ip),
-            "--dashboard-agent-grpc-port": _free_port(ip),
-            "--metrics-export-port": _free_port(ip),
-            "--runtime-env-agent-port": _free_port(ip),
-        }
-        # Worker ports below Linux's ephemeral range (32768+), where _free_port's picks land.
+        names = ["node-manager", "object-manager", "dashboard-agent-listen"]
+        names += ["dashboard-agent-grpc", "metrics-export", "runtime-env-agent"]
+        names += ["ray-client-server"] if head else []
+        ports = dict(zip([f"--{n}-port" for n in names], self._free_ports(len(names))))
+        # Worker ports below Linux's ephemeral range (32768+), where free_ports' picks land.
         lo = WORKER_PORT_BASE + WORKER_PORTS_PER_NODE * index
         cmd = [
             *(wrap or []),
@@ -241,7 +262,6 @@ class LocalCluster:
                 f"--temp-dir={self.temp_dir}",
                 "--dashboard-host=127.0.0.2",
                 f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={_free_port(ip)}",
             ]
             if self.system_config:
                 cmd.append(f"--system-config={json.dumps(self.system_config)}")
