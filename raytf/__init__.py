@@ -25,6 +25,7 @@ _EXPORTS = {
     "get_dataset_shard": "raytf.worker.context",
     "DataShard": "raytf.data.shard",
     "DataShardError": "raytf.errors",
+    "DependencyError": "raytf.errors",
     "step_end": "raytf.worker.context",
     "ConfigError": "raytf.errors",
     "PlacementTimeoutError": "raytf.errors",
@@ -49,6 +50,7 @@ __all__ = [
     "ConfigError",
     "DataShard",
     "DataShardError",
+    "DependencyError",
     "FailureConfig",
     "KerasTrainer",
     "LoggingConfig",
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
     from raytf.errors import (
         ConfigError,
         DataShardError,
+        DependencyError,
         PlacementTimeoutError,
         RaytfError,
         TrainingFailedError,

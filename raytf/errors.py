@@ -94,3 +94,9 @@ class DataShardError(RaytfError):
 
     Not retried: the same data splits the same way on the next attempt.
     """
+
+
+class DependencyError(WorkerSetupError):
+    """An installed TensorFlow, Keras or Ray lacks an internal raytf needs and has no plain
+    path around it (``raytf.worker.compat``); the message names the package, the version
+    installed and the one supported. Never retried: every attempt has the same install."""

@@ -109,3 +109,4 @@ class WorkerPoll:
     startup: dict | None = None  # phase -> wall time, once: the first poll after step one
     output: list[str] = field(default_factory=list)  # the process's output lines since the last
     total_steps: int | None = None  # the loop's own total, once it set one
+    compat_notes: tuple[str, ...] = ()  # features that fell back (raytf.worker.compat), once

@@ -1,4 +1,5 @@
-"""Shared by every tier: markers by folder, so `-m unit` runs the fast tier alone."""
+"""Shared by every tier: markers by folder, so `-m unit` runs the fast tier alone, and
+no test may skip in CI."""
 
 import os
 import sys
@@ -17,3 +18,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.unit)
         elif f"{os.sep}integration{os.sep}" in path:
             item.add_marker(pytest.mark.integration)
+
+
+def skips_fail_here() -> bool:
+    """In CI (``CI=true``) every test is meant to run: a skip hides a missing install step
+    or a prerequisite that went away, so it fails the run instead (its reason shown)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and skips_fail_here():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {reason}"

@@ -278,12 +278,7 @@ class Controller:
             self.ckpts.mark_bad(self.ckpts.latest.step, reason.cause.detail)
         counted = sum(1 for f in self.failures if f.kind.counts)
         if self.policy.decide(reason, counted) is Decision.RETRY:
-            limit = self.run_config.failure_config.max_failures
-            shown = "unlimited" if limit == -1 else str(limit)
-            self.progress.message(
-                f"{reason.describe()} -> restarting the whole group "
-                f"(failure {counted} of {shown} allowed)"
-            )
+            self.progress.message(self.policy.retry_line(reason, counted))
             return Next(State.SCHEDULING)
         self.error = reason.cause
         return Next(State.ERRORED)
@@ -295,6 +290,8 @@ class Controller:
         self.events.emit("on_poll", self.attempt, poll)  # the run's record (raytf.observe)
         if poll.step is not None:
             self._take_step(poll.rank, poll.step, now)
+        for note in poll.compat_notes:  # the same on every rank and attempt
+            self.progress.notice(note)
         if poll.startup and self.group is not None:  # once per rank and attempt
             self.status.startup = self.group.timeline.summary()
         restart = None

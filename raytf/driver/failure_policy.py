@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from raytf.config import FailureConfig
 from raytf.errors import (
     CheckpointRestoreError,
+    DependencyError,
     WorkerDiedError,
     WorkerError,
     WorkerHangError,
@@ -31,6 +32,7 @@ class FailureKind(enum.Enum):
     COLLECTIVE = "collective"  # a collective broke because a peer went away
     HANG = "hang"  # no progress within the watchdog's timeout
     SETUP = "setup"  # the group could not be started
+    DEPENDENCY = "dependency"  # an installed package lacks what raytf needs: a retry cannot help
     RESTORE = "restore"  # a committed checkpoint could not be read
 
     @property
@@ -48,6 +50,8 @@ def classify(error: BaseException) -> FailureKind:
         return FailureKind.WORKER_DIED
     if isinstance(error, WorkerHangError):
         return FailureKind.HANG
+    if isinstance(error, DependencyError):
+        return FailureKind.DEPENDENCY
     if isinstance(error, WorkerSetupError):
         return FailureKind.SETUP
     if isinstance(error, CheckpointRestoreError):
@@ -59,6 +63,7 @@ def classify(error: BaseException) -> FailureKind:
 
 _PRIORITY = [
     FailureKind.USER_ERROR,
+    FailureKind.DEPENDENCY,
     FailureKind.RESTORE,
     FailureKind.WORKER_DIED,
     FailureKind.HANG,
@@ -99,9 +104,20 @@ class FailurePolicy:
             return Decision.RETRY
         if failure.kind is FailureKind.USER_ERROR and not self.config.retry_user_errors:
             return Decision.RAISE
+        if failure.kind is FailureKind.DEPENDENCY:
+            return Decision.RAISE
         if self.config.max_failures == -1 or failures_so_far <= self.config.max_failures:
             return Decision.RETRY
         return Decision.RAISE
+
+    def retry_line(self, failure: Failure, failures_so_far: int) -> str:
+        """What the driver prints when it retries."""
+        limit = self.config.max_failures
+        shown = "unlimited" if limit == -1 else str(limit)
+        return (
+            f"{failure.describe()} -> restarting the whole group "
+            f"(failure {failures_so_far} of {shown} allowed)"
+        )
 
 
 def failure_message(error: BaseException, failures: list[Failure]) -> str:

@@ -40,6 +40,7 @@ class Progress:
         self._last_draw = 0.0
         self._line_open = False
         self._printed: dict[str, Any] | None = None  # the metrics of the last line printed
+        self._notices: set[str] = set()
 
     # -- inputs -------------------------------------------------------------
     def on_reports(self, reports: list[Report]) -> None:
@@ -60,6 +61,14 @@ class Progress:
             return
         self._end_line()
         print(f"[raytf] {text}", file=self.stream, flush=True)
+
+    def notice(self, text: str) -> None:
+        """A changed behaviour (a feature that fell back): once a run, at any verbosity."""
+        if text in self._notices:
+            return
+        self._notices.add(text)
+        self._end_line()
+        print(f"[raytf] warning: {text}", file=self.stream, flush=True)
 
     def waiting(self, what: str, waited_s: float) -> None:
         if self.verbose and (self.tty or waited_s - self._last_draw >= self.interval_s):

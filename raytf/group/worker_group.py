@@ -17,7 +17,13 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from raytf.config import ScalingConfig
-from raytf.errors import PortClashError, UserCodeLoadError, WorkerDiedError, WorkerSetupError
+from raytf.errors import (
+    DependencyError,
+    PortClashError,
+    UserCodeLoadError,
+    WorkerDiedError,
+    WorkerSetupError,
+)
 from raytf.group.actors import kill_actor
 from raytf.group.cluster import draining_nodes
 from raytf.group.elastic import WorldSize
@@ -106,6 +112,8 @@ class WorkerGroup:
             cause = exc.as_instanceof_cause()
             if isinstance(cause, PortClashError):
                 raise PortClashError(str(cause)) from None
+            if isinstance(cause, DependencyError):
+                raise DependencyError(str(cause)) from None
             raise WorkerSetupError(f"rank {rank} could not {what}: {exc}") from None
         except RayActorError as exc:
             raise WorkerSetupError(f"rank {rank} died while trying to {what}: {exc}") from None

@@ -26,6 +26,7 @@ import numpy as np
 from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.digests import weights_digest
 from raytf.errors import ConfigError
+from raytf.keras import metric_state
 from raytf.keras.callbacks import callbacks_for_rank
 from raytf.keras.steps import check_step_mode, make_test_function, make_train_function
 from raytf.worker.commands import serve_commands
@@ -80,7 +81,12 @@ class KerasWorkerRun:
                 spec.validation_fn, spec.validation_steps, "validation_fn", "validation_steps"
             )
         self._build_metrics()
-        self.ctx.add_checkpoint_state("keras_metrics", self._metric_state, self._set_metric_state)
+        self._metrics_io = metric_state.MetricState(
+            self.strategy, self._metric_variables(), self.ctx.rank * self.local_replicas
+        )
+        self.ctx.add_checkpoint_state(
+            "keras_metrics", self._metrics_io.capture, self._metrics_io.restore
+        )
         self.step = self.ctx.restore(model=self.model, optimizer=self.model.optimizer)
         self.iterator = iter(self._distribute(spec.dataset_fn, self.steps_per_epoch, self.step))
         self.val_iterator = None
@@ -196,13 +202,6 @@ class KerasWorkerRun:
 
     def _metric_variables(self):
         return [v for m in self.model.metrics for v in m.variables]
-
-    def _metric_state(self) -> list:
-        return [np.asarray(v.numpy()).tolist() for v in self._metric_variables()]
-
-    def _set_metric_state(self, values: list) -> None:
-        for var, value in zip(self._metric_variables(), values):
-            var.assign(np.asarray(value, dtype=var.dtype))
 
     # -- running ----------------------------------------------------------------
     def run_steps(

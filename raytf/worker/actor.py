@@ -20,7 +20,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import ray
-from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
+from ray._private import ray_constants
 
 from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
 from raytf.messages import (
@@ -38,7 +38,7 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import WORKER_ENV, Settings
-from raytf.worker import keras_fit, model_out, teardown
+from raytf.worker import compat, keras_fit, model_out, teardown
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
@@ -106,6 +106,8 @@ class RaytfWorker:
         self._buffer = _ReportBuffer()
         self._port_sock: socket.socket | None = None
         self._strategy = None
+        self._compat = compat.ProbeReport(frozenset(), ())  # set with the strategy
+        self._notes_unsent: tuple[str, ...] = ()
         self._checkpointer: WorkerCheckpointer | None = None
         self._model_out: dict = {}
         self._run: Future | None = None
@@ -207,8 +209,10 @@ class RaytfWorker:
         self.world_size = world_size
         self._use_devices(tuple(gpu_ids), use_gpu, len(gpu_ids))
         # Ray's log monitor takes this marker as the new prefix for this process's lines.
-        for stream in (sys.stdout, sys.stderr):
-            print(f"{LOG_PREFIX_ACTOR_NAME}{self!r}", file=stream, flush=True)
+        # (A Ray without it keeps its default prefixes: the compat probe says so.)
+        prefix = getattr(ray_constants, "LOG_PREFIX_ACTOR_NAME", None)
+        for stream in (sys.stdout, sys.stderr) if isinstance(prefix, str) else ():
+            print(f"{prefix}{self!r}", file=stream, flush=True)
 
     def reserve(self) -> WorkerInfo:
         """Hold a port for the TF server and say where this worker lives."""
@@ -245,8 +249,13 @@ class RaytfWorker:
         impl = getattr(tf.distribute.experimental.CommunicationImplementation, communication)
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
-        teardown.install()  # a run ends when its last step does, not its pipeline's teardown
+        # Each private API, probed once: a plain path where one exists, said on the driver.
+        self._compat = compat.run_probes()
+        self._notes_unsent = self._compat.notes
+        if self._compat.ok(compat.KERAS_FIT):
+            keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
+        if self._compat.ok(compat.ITERATOR_REAPER):
+            teardown.install()  # a run ends when its last step does, not its pipeline's teardown
         return int(self._strategy.num_replicas_in_sync)
 
     def start(
@@ -270,8 +279,8 @@ class RaytfWorker:
             every_steps=ckpt.get("every_steps"),
             restore_url=ckpt.get("restore_url"),
             on_part=self._buffer.put,
-            async_save=bool(ckpt.get("async_save")),
-            keep_last_step=bool(ckpt.get("keep_last_step")),
+            async_save=bool(ckpt.get("async_save")) and self._compat.ok(compat.SNAPSHOT),
+            keep_last_step=bool(ckpt.get("keep_last_step")) and self._compat.ok(compat.SNAPSHOT),
             host_copy=HostCopy(run_dir, Settings.from_env().host_copy_dir or None),
             node_leader=local_rank == 0,
         )
@@ -361,7 +370,12 @@ class RaytfWorker:
             startup=self._startup(),
             output=self._output.drain(),
             total_steps=self._buffer.total_steps,
+            compat_notes=self._take_notes(),
         )
+
+    def _take_notes(self) -> tuple[str, ...]:
+        notes, self._notes_unsent = self._notes_unsent, ()
+        return notes
 
     def _startup(self) -> dict | None:
         """The start-up stamps, in the first poll after the first step (once)."""

@@ -29,11 +29,10 @@ from raytf.worker.output_pump import CONTROL
 LINE_BYTES = 16 << 10  # a longer line reaches the run directory cut to this
 POLL_BYTES = 1 << 20  # what one poll carries at most; the rest waits for the next
 _PIPE_BYTES = 1 << 20  # room in each pipe (Linux's default is 64 KiB)
-_RAY_MARKERS = (
-    ray_constants.LOG_PREFIX_ACTOR_NAME,
-    ray_constants.LOG_PREFIX_TASK_NAME,
-    ray_constants.LOG_PREFIX_JOB_ID,
-    ray_constants.LOG_PREFIX_EVENT_SUMMARY,
+_RAY_MARKERS = tuple(  # those this Ray has (raytf.worker.compat probes them)
+    marker
+    for name in ("ACTOR_NAME", "TASK_NAME", "JOB_ID", "EVENT_SUMMARY")
+    if isinstance(marker := getattr(ray_constants, f"LOG_PREFIX_{name}", None), str)
 )
 
 

@@ -14,15 +14,13 @@ import uuid
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname
+from raytf.rundir.storage import Storage
+from raytf.worker import snapshot
 
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname  # noqa: E402
-from raytf.rundir.storage import Storage  # noqa: E402
-from raytf.worker import snapshot  # noqa: E402
-
-from .test_worker_checkpointer import checkpointer, make_model, train_step, values  # noqa: E402
+from .test_worker_checkpointer import checkpointer, make_model, train_step, values
 
 OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 

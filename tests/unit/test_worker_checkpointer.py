@@ -10,16 +10,15 @@ import os
 import random
 import uuid
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-
-from raytf.errors import CheckpointRestoreError  # noqa: E402
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname  # noqa: E402
-from raytf.rundir.storage import Storage  # noqa: E402
-from raytf.worker.checkpointer import WorkerCheckpointer  # noqa: E402
+from raytf.errors import CheckpointRestoreError
+from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname
+from raytf.rundir.storage import Storage
+from raytf.worker.checkpointer import WorkerCheckpointer
 
 
 def make_model(seed: int):

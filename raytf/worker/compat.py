@@ -1,0 +1,180 @@
+"""The dependency versions raytf was checked against, and a probe of each private API it uses.
+
+raytf works around gaps in TensorFlow, Keras and Ray through a few of their
+internals. ``pyproject.toml`` pins the versions each was read and run against
+(``SUPPORTED``), but a cluster image can hold others. So a worker probes every
+internal once, when it starts (after MWMS exists: the probes read attributes,
+they run no op), and never changes behaviour silently:
+
+- where a plain path exists, the worker takes it and the driver prints why,
+  once per run: synchronous saves instead of the asynchronous snapshot, Keras's
+  ``model.fit`` left unpatched, no tf.data iterator reaper, no actor-name prefix;
+- where none does (on-demand checkpoints need TF's coordination-service store),
+  the run stops with ``DependencyError`` naming the package, the version
+  installed and the one supported.
+
+A probe answers None when the internal is there as raytf uses it, else why not.
+``tests/unit/test_compat.py`` runs them on the installed packages and fakes a
+mismatch of each.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raytf.errors import DependencyError
+
+# Package -> the major.minor release raytf's workarounds were checked against.
+SUPPORTED = {"tensorflow": "2.21", "keras": "3.15", "ray": "2.60"}
+
+
+def installed(package: str) -> str:
+    """The version of an installed package, as the package itself reports it."""
+    import importlib
+
+    return str(getattr(importlib.import_module(package), "__version__", "unknown"))
+
+
+def version_note(package: str, version: str | None = None) -> str | None:
+    """None when ``version`` (default: the installed one) is the supported release."""
+    version = installed(package) if version is None else version
+    if ".".join(version.split(".")[:2]) == SUPPORTED[package]:
+        return None
+    return f"{package} {version} is installed, raytf supports {SUPPORTED[package]}.*"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One private-API use: what it gives, the package it is in, and the plain path."""
+
+    feature: str
+    package: str
+    check: Callable[[], str | None]
+    fallback: str | None  # what the worker does instead; None: the run cannot go on
+
+    def run(self) -> str | None:
+        """None when the internal is usable; else why not (a failing check is a 'no')."""
+        try:
+            why = version_note(self.package) or self.check()
+        except Exception as exc:  # noqa: BLE001 - a probe that cannot even look says no
+            why = f"{type(exc).__name__}: {exc}"
+        return why
+
+
+def _snapshot_internals() -> str | None:
+    from tensorflow.python.checkpoint import functional_saver
+    from tensorflow.python.checkpoint.checkpoint import TrackableSaver
+    from tensorflow.python.training.saving import saveable_object
+
+    gather = getattr(TrackableSaver, "_gather_serialized_tensors", None)
+    if gather is None:
+        return "TrackableSaver._gather_serialized_tensors is gone"
+    if list(inspect.signature(gather).parameters) != ["self", "object_graph_tensor"]:
+        return f"TrackableSaver._gather_serialized_tensors{inspect.signature(gather)} changed"
+    if not hasattr(functional_saver, "MultiDeviceSaver"):
+        return "functional_saver.MultiDeviceSaver is gone"
+    if not hasattr(saveable_object, "SaveSpec"):
+        return "saveable_object.SaveSpec is gone"
+    return None
+
+
+def _coordination_store() -> str | None:
+    from tensorflow.python.eager import context
+
+    missing = [
+        name
+        for name in ("set_config_key_value", "get_config_key_value")
+        if not callable(getattr(context.context(), name, None))
+    ]
+    return f"eager context lacks {', '.join(missing)}" if missing else None
+
+
+def _iterator_handles() -> str | None:
+    from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops
+
+    for cls, attr in (
+        (iterator_ops.OwnedIterator, "_iterator_resource"),
+        (multi_device_iterator_ops.OwnedMultiDeviceIterator, "_multi_device_iterator_resource"),
+    ):
+        if attr not in inspect.getsource(cls.__init__) + inspect.getsource(cls):
+            return f"{cls.__name__} no longer keeps {attr}"
+    return None
+
+
+def _keras_trainer() -> str | None:
+    from raytf.worker import keras_fit
+
+    return keras_fit.why_not_patchable()
+
+
+def _ray_log_prefixes() -> str | None:
+    from ray._private import ray_constants
+
+    names = ("LOG_PREFIX_ACTOR_NAME", "LOG_PREFIX_TASK_NAME", "LOG_PREFIX_JOB_ID")
+    missing = [n for n in names if not isinstance(getattr(ray_constants, n, None), str)]
+    return f"ray._private.ray_constants lacks {', '.join(missing)}" if missing else None
+
+
+SNAPSHOT = Probe(
+    "asynchronous and emergency checkpoints (TF's saver internals)",
+    "tensorflow",
+    _snapshot_internals,
+    "checkpoints are written synchronously, and no emergency checkpoint is taken",
+)
+COORDINATION = Probe(
+    "on-demand checkpoints (TF's coordination-service key-value store)",
+    "tensorflow",
+    _coordination_store,
+    None,
+)
+ITERATOR_REAPER = Probe(
+    "freeing tf.data iterators off the training thread",
+    "tensorflow",
+    _iterator_handles,
+    "iterators are freed where TF frees them (a run's end may wait for its input pipeline)",
+)
+KERAS_FIT = Probe(
+    "Keras 3's own model.fit under multi-worker MWMS (keras#20585 workaround)",
+    "keras",
+    _keras_trainer,
+    "Keras's model.fit is left unpatched and may fail with several workers; "
+    "raytf.KerasTrainer is not affected",
+)
+RAY_LOG_PREFIX = Probe(
+    "worker lines named by rank in Ray's log stream",
+    "ray",
+    _ray_log_prefixes,
+    "worker output keeps Ray's default prefixes",
+)
+PROBES = (SNAPSHOT, COORDINATION, ITERATOR_REAPER, KERAS_FIT, RAY_LOG_PREFIX)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """The worker's answer: which features fell back, and what to print on the driver."""
+
+    failed: frozenset[str]  # features of the probes that said no
+    notes: tuple[str, ...]  # one line each, for the driver's screen
+
+    def ok(self, probe: Probe) -> bool:
+        return probe.feature not in self.failed
+
+
+def run_probes(probes: tuple[Probe, ...] = PROBES) -> ProbeReport:
+    """Probe each internal once; raise ``DependencyError`` for one without a plain path."""
+    failed, notes = set(), []
+    for probe in probes:
+        why = probe.run()
+        if why is None:
+            continue
+        if probe.fallback is None:
+            raise DependencyError(
+                f"{probe.package} {installed(probe.package)} is installed, raytf supports "
+                f"{SUPPORTED[probe.package]}.*: {probe.feature} cannot work ({why}). Install "
+                f"{probe.package}=={SUPPORTED[probe.package]}.* on the cluster's nodes"
+            )
+        failed.add(probe.feature)
+        notes.append(f"{probe.feature}: {why}; {probe.fallback}")
+    return ProbeReport(frozenset(failed), tuple(notes))

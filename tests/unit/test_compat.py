@@ -1,0 +1,91 @@
+"""The dependency probes: every private API raytf uses is there on the pinned versions,
+and a mismatch either falls back with a line for the driver's screen or stops the run
+with an error naming the package, the installed version and the supported one."""
+
+import io
+import re
+
+import pytest
+
+from raytf.driver.progress import Progress
+from raytf.errors import DependencyError
+from raytf.worker import compat
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_probe_passes_on_the_installed_versions():
+    report = compat.run_probes()
+    assert report.failed == frozenset() and report.notes == ()
+    for probe in compat.PROBES:
+        assert report.ok(probe)
+
+
+def test_the_package_metadata_pins_the_versions_the_probes_support():
+    with open(f"{compat.__file__.rsplit('/raytf/', 1)[0]}/pyproject.toml") as f:
+        pins = re.findall(r'"([\w.-]+(?:\[[^\]]*\])?==[^"]+)"', f.read())  # every == pin
+    for package, release in compat.SUPPORTED.items():
+        names = {"tensorflow": ("tensorflow-cpu", "tensorflow[and-cuda]")}.get(package, (package,))
+        found = [p for p in pins if re.match(rf"({'|'.join(map(re.escape, names))})(\[.*\])?==", p)]
+        assert found and all(p.endswith(f"=={release}.*") for p in found), (package, found)
+
+
+def test_a_tensorflow_mismatch_falls_back_to_synchronous_saves(monkeypatch):
+    monkeypatch.setattr(compat, "installed", lambda package: "2.22.0")
+    report = compat.run_probes((compat.SNAPSHOT, compat.ITERATOR_REAPER))
+    assert not report.ok(compat.SNAPSHOT) and not report.ok(compat.ITERATOR_REAPER)
+    assert report.ok(compat.KERAS_FIT)  # not probed here
+    snapshot_note = next(n for n in report.notes if n.startswith("asynchronous"))
+    assert "tensorflow 2.22.0 is installed, raytf supports 2.21.*" in snapshot_note
+    assert "written synchronously" in snapshot_note
+
+
+def test_a_missing_internal_without_a_plain_path_stops_the_run(monkeypatch):
+    monkeypatch.setattr(compat, "installed", lambda package: "2.22.0")
+    with pytest.raises(DependencyError) as err:
+        compat.run_probes((compat.SNAPSHOT, compat.COORDINATION))
+    message = str(err.value)
+    assert message.startswith("tensorflow 2.22.0 is installed, raytf supports 2.21.*")
+    assert "on-demand checkpoints" in message and "tensorflow==2.21.*" in message
+
+
+def test_a_changed_internal_on_the_supported_version_is_found(monkeypatch):
+    from tensorflow.python.checkpoint.checkpoint import TrackableSaver
+
+    monkeypatch.delattr(TrackableSaver, "_gather_serialized_tensors")
+    report = compat.run_probes((compat.SNAPSHOT,))
+    assert report.notes == (
+        f"{compat.SNAPSHOT.feature}: TrackableSaver._gather_serialized_tensors is gone; "
+        f"{compat.SNAPSHOT.fallback}",
+    )
+
+
+def test_a_keras_mismatch_leaves_fit_unpatched_and_says_so(monkeypatch):
+    import keras
+
+    monkeypatch.setattr(keras, "__version__", "3.16.0")
+    report = compat.run_probes((compat.KERAS_FIT,))
+    assert not report.ok(compat.KERAS_FIT)
+    assert "keras 3.16.0 is installed, raytf supports 3.15.*" in report.notes[0]
+    assert "raytf.KerasTrainer is not affected" in report.notes[0]
+
+
+def test_a_probe_that_cannot_look_counts_as_a_no():
+    def broken():
+        raise ImportError("no module named tensorflow.python.checkpoint")
+
+    probe = compat.Probe("a feature", "ray", broken, "the plain path")
+    report = compat.run_probes((probe,))
+    assert report.notes == (
+        "a feature: ImportError: no module named tensorflow.python.checkpoint; the plain path",
+    )
+
+
+def test_a_fallback_is_shown_once_a_run_even_when_quiet():
+    out = io.StringIO()
+    progress = Progress(verbose=0, stream=out)
+    for _ in range(3):  # every rank, every attempt says it
+        progress.notice("asynchronous checkpoints: ...; written synchronously")
+    assert (
+        out.getvalue() == "[raytf] warning: asynchronous checkpoints: ...; written synchronously\n"
+    )
