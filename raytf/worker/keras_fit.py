@@ -44,10 +44,12 @@ import inspect
 import logging
 from typing import Any
 
+from raytf.worker.compat import SUPPORTED
+
 logger = logging.getLogger("raytf")
 
 # Keras versions whose TF trainer was read and run with this patch.
-CHECKED_KERAS = ("3.15",)
+CHECKED_KERAS = (SUPPORTED["keras"],)
 # What the patched functions must still contain for the patch to apply.
 _SYMBOLIC_BUILD_MARKER = "self.distribute_strategy.reduce("
 _REDUCE_MARKER = 'strategy.reduce("MEAN", v, axis=0)'

@@ -28,3 +28,19 @@ def test_a_port_held_on_one_loopback_address_only_is_not_picked():
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_fresh_machine_gets_a_ray_token_once(tmp_path, monkeypatch):
+    """`ray start` with token auth refuses to make the token that `ray.init` would: the
+    first `raytf local up` on a fresh machine failed until some other Ray call made it."""
+    from raytf.tools.local.cluster import ensure_auth_token
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    token = tmp_path / ".ray" / "auth_token"
+    ensure_auth_token()
+    first = token.read_text()
+    assert len(first.strip()) >= 32
+    ensure_auth_token()
+    assert token.read_text() == first  # kept: clusters already started use it

@@ -83,6 +83,29 @@ class _RegistrationTimeout(RuntimeError):
     """`ray start` gave up waiting for the GCS: a loaded machine, worth one more try."""
 
 
+
+def ensure_auth_token() -> None:
+    """Make this user's Ray token (``~/.ray/auth_token``) if there is none yet.
+
+    ``ray start`` with token authentication refuses to create one (``ray.init`` does),
+    so on a fresh machine the first ``raytf local up`` failed with "Token authentication
+    is enabled but no authentication token was found" (CI's first cluster test did).
+    Ray's own CLI makes it, once; the token never reaches this process's output.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return  # the user says where the token is
+    if os.path.exists(os.path.join(os.path.expanduser("~"), ".ray", "auth_token")):
+        return
+    done = subprocess.run(
+        [_ray_executable(), "get-auth-token", "--generate"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode:
+        raise RuntimeError(f"ray get-auth-token --generate failed: {done.stderr[-2000:]}")
+
 @dataclass
 class LocalNode:
     """One ``ray start --block`` process, the leader of its own session (pgid == pid)."""
@@ -195,6 +218,8 @@ class LocalCluster:
     def start(self) -> str:
         try:
             self.port, self.dashboard_port = self._free_ports(2)
+            if self.auth_mode == "token":
+                ensure_auth_token()
             self._start_node(head=True, cpus=self.head_cpus, gpus=self.head_gpus)
             for _ in range(self.num_nodes):
                 self.add_node()
