@@ -83,7 +83,6 @@ class _RegistrationTimeout(RuntimeError):
     """`ray start` gave up waiting for the GCS: a loaded machine, worth one more try."""
 
 
-
 def ensure_auth_token() -> None:
     """Make this user's Ray token (``~/.ray/auth_token``) if there is none yet.
 
@@ -105,6 +104,7 @@ def ensure_auth_token() -> None:
     )
     if done.returncode:
         raise RuntimeError(f"ray get-auth-token --generate failed: {done.stderr[-2000:]}")
+
 
 @dataclass
 class LocalNode:
