@@ -250,9 +250,9 @@ class RaytfWorker:
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         # Each private API, probed once: a plain path where one exists, said on the driver.
-        self._compat = compat.run_probes()
+        self._compat = compat.run_probes((*compat.PROBES, keras_fit.PROBE))
         self._notes_unsent = self._compat.notes
-        if self._compat.ok(compat.KERAS_FIT):
+        if self._compat.ok(keras_fit.PROBE):
             keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
         if self._compat.ok(compat.ITERATOR_REAPER):
             teardown.install()  # a run ends when its last step does, not its pipeline's teardown

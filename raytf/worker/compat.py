@@ -103,12 +103,6 @@ def _iterator_handles() -> str | None:
     return None
 
 
-def _keras_trainer() -> str | None:
-    from raytf.worker import keras_fit
-
-    return keras_fit.why_not_patchable()
-
-
 def _ray_log_prefixes() -> str | None:
     from ray._private import ray_constants
 
@@ -135,20 +129,14 @@ ITERATOR_REAPER = Probe(
     _iterator_handles,
     "iterators are freed where TF frees them (a run's end may wait for its input pipeline)",
 )
-KERAS_FIT = Probe(
-    "Keras 3's own model.fit under multi-worker MWMS (keras#20585 workaround)",
-    "keras",
-    _keras_trainer,
-    "Keras's model.fit is left unpatched and may fail with several workers; "
-    "raytf.KerasTrainer is not affected",
-)
 RAY_LOG_PREFIX = Probe(
     "worker lines named by rank in Ray's log stream",
     "ray",
     _ray_log_prefixes,
     "worker output keeps Ray's default prefixes",
 )
-PROBES = (SNAPSHOT, COORDINATION, ITERATOR_REAPER, KERAS_FIT, RAY_LOG_PREFIX)
+# Keras's fit patch has its probe beside it: ``raytf.worker.keras_fit.PROBE``.
+PROBES = (SNAPSHOT, COORDINATION, ITERATOR_REAPER, RAY_LOG_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ front with what to use instead.
 
 The patch is narrow: two wrappers around Keras's functions, delegating to
 them, installed only inside raytf workers (``install`` is called by the worker
-actor), only for the Keras versions it was checked against, and only after
-checking that the installed Keras still has the code it works around
-(``tests/unit/test_keras_fit.py`` fails when Keras changes under it).
+actor), only for the Keras release raytf supports (``raytf.worker.compat``), and only
+after checking that the installed Keras still has the code it works around
+(``PROBE``, run at worker start; ``tests/unit/test_keras_fit.py`` fails when
+Keras changes under it).
 """
 
 from __future__ import annotations
@@ -44,12 +45,10 @@ import inspect
 import logging
 from typing import Any
 
-from raytf.worker.compat import SUPPORTED
+from raytf.worker.compat import Probe, version_note
 
 logger = logging.getLogger("raytf")
 
-# Keras versions whose TF trainer was read and run with this patch.
-CHECKED_KERAS = (SUPPORTED["keras"],)
 # What the patched functions must still contain for the patch to apply.
 _SYMBOLIC_BUILD_MARKER = "self.distribute_strategy.reduce("
 _REDUCE_MARKER = 'strategy.reduce("MEAN", v, axis=0)'
@@ -67,17 +66,12 @@ def _trainer_module():
     return trainer
 
 
-def keras_version() -> str:
-    import keras
-
-    return str(keras.__version__)
-
-
 def why_not_patchable() -> str | None:
-    """None when the installed Keras is one this patch was checked against, else why not."""
-    version = keras_version()
-    if ".".join(version.split(".")[:2]) not in CHECKED_KERAS:
-        return f"Keras {version} is not one of the versions checked ({', '.join(CHECKED_KERAS)})"
+    """None when the installed Keras is the release this patch was checked against and
+    still has the code it works around, else why not."""
+    wrong_version = version_note("keras")
+    if wrong_version is not None:
+        return wrong_version
     module = _trainer_module()
     build = getattr(module.TensorFlowTrainer, "_maybe_symbolic_build", None)
     reduce_fn = getattr(module, "reduce_per_replica", None)
@@ -88,6 +82,15 @@ def why_not_patchable() -> str | None:
     if _REDUCE_MARKER not in inspect.getsource(reduce_fn):
         return "Keras's reduce_per_replica no longer reduces along axis 0 across workers"
     return None
+
+
+PROBE = Probe(
+    "Keras 3's own model.fit under multi-worker MWMS (keras#20585 workaround)",
+    "keras",
+    why_not_patchable,
+    "Keras's model.fit is left unpatched and may fail with several workers; "
+    "raytf.KerasTrainer is not affected",
+)
 
 
 def _is_multi_worker(strategy: Any) -> bool:

@@ -9,15 +9,16 @@ import pytest
 
 from raytf.driver.progress import Progress
 from raytf.errors import DependencyError
-from raytf.worker import compat
+from raytf.worker import compat, keras_fit
 
 pytestmark = pytest.mark.unit
 
 
 def test_every_probe_passes_on_the_installed_versions():
-    report = compat.run_probes()
+    probes = (*compat.PROBES, keras_fit.PROBE)
+    report = compat.run_probes(probes)
     assert report.failed == frozenset() and report.notes == ()
-    for probe in compat.PROBES:
+    for probe in probes:
         assert report.ok(probe)
 
 
@@ -34,7 +35,7 @@ def test_a_tensorflow_mismatch_falls_back_to_synchronous_saves(monkeypatch):
     monkeypatch.setattr(compat, "installed", lambda package: "2.22.0")
     report = compat.run_probes((compat.SNAPSHOT, compat.ITERATOR_REAPER))
     assert not report.ok(compat.SNAPSHOT) and not report.ok(compat.ITERATOR_REAPER)
-    assert report.ok(compat.KERAS_FIT)  # not probed here
+    assert report.ok(keras_fit.PROBE)  # not probed here
     snapshot_note = next(n for n in report.notes if n.startswith("asynchronous"))
     assert "tensorflow 2.22.0 is installed, raytf supports 2.21.*" in snapshot_note
     assert "written synchronously" in snapshot_note
@@ -64,8 +65,8 @@ def test_a_keras_mismatch_leaves_fit_unpatched_and_says_so(monkeypatch):
     import keras
 
     monkeypatch.setattr(keras, "__version__", "3.16.0")
-    report = compat.run_probes((compat.KERAS_FIT,))
-    assert not report.ok(compat.KERAS_FIT)
+    report = compat.run_probes((keras_fit.PROBE,))
+    assert not report.ok(keras_fit.PROBE)
     assert "keras 3.16.0 is installed, raytf supports 3.15.*" in report.notes[0]
     assert "raytf.KerasTrainer is not affected" in report.notes[0]
 

@@ -18,8 +18,10 @@ def test_installed_keras_still_has_the_code_the_patch_works_around():
 
 
 def test_an_unchecked_keras_version_is_left_unpatched(monkeypatch):
-    monkeypatch.setattr(keras_fit, "keras_version", lambda: "3.99.0")
-    assert "3.99.0 is not one of the versions checked" in keras_fit.why_not_patchable()
+    import keras
+
+    monkeypatch.setattr(keras, "__version__", "3.99.0")
+    assert keras_fit.why_not_patchable() == ("keras 3.99.0 is installed, raytf supports 3.15.*")
 
 
 def test_the_patched_fit_delegates_to_keras_outside_multi_worker_mwms():
