@@ -1,6 +1,11 @@
 """`raytf local up | kill-node | down` as a user runs them, with a job sent by `ray job submit
---working-dir .`: workers spread over the nodes, a node killed mid-run, the job finishes, and
-`down` stops exactly the processes `up` started."""
+--working-dir .`: workers spread over the nodes (one fake GPU each), a node killed mid-run,
+the group moves to the nodes left and finishes with the weights of the session's
+reference run (made on the session's cluster: the result must not depend on where the
+workers ran), and `down` stops exactly the processes `up` started.
+
+It is also the suite's multi-node cluster started separately and joined through `ray job
+submit`, and its node loss: one cluster and one job check all three."""
 
 import json
 import os
@@ -13,7 +18,7 @@ import pytest
 
 from raytf.tools.local.cluster import LocalNode
 
-from .jobrun import ROOT
+from .jobrun import FAULT_ARGS, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +47,7 @@ def wait_for_running(run_dir, step, timeout=180):
     raise TimeoutError(f"{run_dir} never passed step {step}")
 
 
-def test_local_cluster_cli_with_job_submit_and_a_killed_node(tmp_path):
+def test_local_cluster_cli_with_job_submit_and_a_killed_node(reference, tmp_path):
     state_file = str(tmp_path / "cluster.json")
     up = raytf_local(state_file, "up", "--nodes", "3", "--cpus-per-node", "1", "--gpus-per-node=1")
     assert up.returncode == 0, up.stderr[-3000:]
@@ -59,14 +64,15 @@ def test_local_cluster_cli_with_job_submit_and_a_killed_node(tmp_path):
         env.pop("RAY_ADDRESS", None)
         storage = str(tmp_path / "runs")
         cmd = [RAY, "job", "submit", "--address", dashboard, "--working-dir", ROOT, "--"]
-        cmd += [sys.executable, "jobs/train_synthetic.py", "--workers", "2", "--use-gpu"]
-        cmd += ["--steps", "160", "--checkpoint-every", "20", "--step-sleep", "0.03"]
+        cmd += [sys.executable, "jobs/train_synthetic.py", *FAULT_ARGS, "--use-gpu"]
         cmd += ["--max-failures", "2", "--storage", storage, "--name", "cli"]
         job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             state = wait_for_running(os.path.join(storage, "cli"), step=40)
             ips = {w["rank"]: w["node_ip"] for w in state["workers"]}
             assert ips[0] != ips[1] and "127.0.0.2" not in ips.values()  # spread, head spared
+            # Each worker holds its node's one GPU (Ray's assignment, raytf's device choice).
+            assert [w["gpu_ids"] for w in state["workers"]] == [["0"], ["0"]], state["workers"]
             victim = next(n.index for n in nodes if n.ip == ips[1])
             kill = raytf_local(state_file, "kill-node", str(victim))
             assert kill.returncode == 0 and ips[1] in kill.stdout
@@ -79,6 +85,10 @@ def test_local_cluster_cli_with_job_submit_and_a_killed_node(tmp_path):
         summary = json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
         assert summary["steps"] == 160 and summary["digests_agree"]
         assert summary["attempts"] >= 2 and summary["failures"]
+        assert summary["weights_digest"] == reference["weights_digest"]
+        with open(os.path.join(storage, "cli", "state.json")) as f:
+            final_ips = {w["node_ip"] for w in json.load(f)["workers"]}
+        assert ips[1] not in final_ips and len(final_ips) == 2, final_ips
     finally:
         down = raytf_local(state_file, "down")
     assert down.returncode == 0, down.stderr

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -25,12 +26,14 @@ def run_job(storage, name, env, *extra):
 
 
 def faulty_run(storage, name, env, extra, faults):
-    """Run the job and send each fault (step, attempt, rank, signal) when the run gets there."""
+    """Run the job and send each fault (step, attempt, rank, signal) when the run gets
+    there; also returns the run's state just before each fault."""
     run = run_job(storage, name, env, *extra)
-    stopped = []
+    stopped, before = [], []
     try:
         for step, attempt, rank, sig in faults:
-            pid = run.signal_worker(rank, sig, run.wait_for(step=step, attempt=attempt))
+            before.append(run.wait_for(step=step, attempt=attempt))
+            pid = run.signal_worker(rank, sig, before[-1])
             if sig == signal.SIGSTOP:
                 stopped.append(pid)
         rc, summary = run.finish()
@@ -41,6 +44,7 @@ def faulty_run(storage, name, env, extra, faults):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    run.before = before
     return run, rc, summary
 
 
@@ -63,8 +67,12 @@ def manifests(run_dir):
 
 
 def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storage, tmp_path):
+    """Rank 0 SIGKILLed, then rank 1 in the next attempt. Each time the survivor's state at
+    its last completed step is committed before the restart (an emergency checkpoint),
+    which resumes right after it, not at the last interval checkpoint."""
     faults = [(45, 1, 0, signal.SIGKILL), (110, 2, 1, signal.SIGKILL)]
-    run, rc, summary = faulty_run(storage, "kill2", cluster_env, ["--max-failures", "3"], faults)
+    extra = ["--max-failures", "3", "--keep", "20"]
+    run, rc, summary = faulty_run(storage, "kill2", cluster_env, extra, faults)
     assert rc == 0, run.output()[-3000:]
     assert summary["attempts"] == 3 and len(summary["failures"]) == 2
     assert all("worker_died" in f for f in summary["failures"]), summary["failures"]
@@ -73,6 +81,21 @@ def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storag
     # Later attempts ran on promoted standbys; status must show their ranks.
     assert sorted(w["rank"] for w in run.state()["workers"]) == [0, 1]
     assert_the_record_shows_the_restarts(run.run_dir, tmp_path)
+    assert_the_second_kill_redid_no_completed_step(run, run.before[1])
+
+
+def assert_the_second_kill_redid_no_completed_step(run, before):
+    out = run.output()
+    found = re.search(r"emergency checkpoint committed: ranks \[0\] at step (\d+)", out)
+    assert found, out[-3000:]
+    step = int(found.group(1))
+    # Not behind the kill. It may fall on an interval step (120): that save was stored but
+    # never committed (rank 1 died first), and the driver commits an emergency part only
+    # when it is newer than every commit; the manifest below says which one landed.
+    assert step >= before["last_step"]
+    assert re.search(rf"resuming after step {step}$", out, re.M), out[-3000:]
+    manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
+    assert manifest["reason"] == "emergency" and manifest["missing_ranks"] == [1]
 
 
 def assert_the_record_shows_the_restarts(run_dir, tmp_path):
@@ -96,31 +119,17 @@ def assert_the_record_shows_the_restarts(run_dir, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000, len(data)
 
 
-def test_hung_worker_is_detected_and_replaced(reference, cluster_env, storage):
-    # SIGSTOP: the process lives but answers nothing.
-    extra = ["--max-failures", "2", "--hang-timeout", "30"]
-    faults = [(70, 1, 1, signal.SIGSTOP)]
-    run, rc, summary = faulty_run(storage, "hang", cluster_env, extra, faults)
-    assert rc == 0, run.output()[-3000:]
-    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
-    assert "hang" in summary["failures"][0] or "collective" in summary["failures"][0]
-    assert_same_result(summary, reference)
-    # Where the stopped rank was, read before the group was torn down: in the error, and
-    # every rank's whole stacks in the run directory.
-    assert "train_synthetic.py" in summary["failures"][0], summary["failures"][0]
-    with open(os.path.join(run.run_dir, "stacks", "attempt_1.txt")) as f:
-        dumps = f.read()
-    assert "rank 0" in dumps and "rank 1" in dumps and "train_loop" in dumps
-
-
-def test_sigterm_checkpoints_first_and_is_not_a_failure(reference, cluster_env, storage):
-    # max_failures=0: a termination notice must not count as a failure.
-    extra = ["--max-failures", "0", "--keep", "100"]
-    faults = [(50, 1, 1, signal.SIGTERM)]
+def test_sigterm_checkpoints_first_then_a_hung_worker_is_replaced(reference, cluster_env, storage):
+    """A SIGTERM (a termination notice: checkpoint first, restart, not a failure), then in
+    the next attempt a SIGSTOP (the process lives but answers nothing: a hang, found
+    and replaced). ``max_failures=1``: a notice counted as a failure would exhaust it."""
+    extra = ["--max-failures", "1", "--hang-timeout", "30", "--keep", "100"]
+    faults = [(40, 1, 1, signal.SIGTERM), (100, 2, 1, signal.SIGSTOP)]
     run, rc, summary = faulty_run(storage, "term", cluster_env, extra, faults)
     assert rc == 0, run.output()[-3000:]
-    assert summary["failures"] == [] and summary["preemptions"] == 1
-    assert summary["attempts"] == 2
+    assert summary["preemptions"] == 1 and summary["attempts"] == 3
+    assert len(summary["failures"]) == 1
+    assert "hang" in summary["failures"][0] or "collective" in summary["failures"][0]
     assert_same_result(summary, reference)
     reasons = {m["step"]: m["reason"] for m in manifests(run.run_dir)}
     termination = [s for s, r in reasons.items() if r == "termination"]
@@ -129,39 +138,48 @@ def test_sigterm_checkpoints_first_and_is_not_a_failure(reference, cluster_env, 
     # committed before the group stopped (an interval save 3 steps later can commit in
     # the same driver round): nothing after the notice's checkpoint was lost.
     resumed = [int(n) for n in re.findall(r"resuming after step (\d+)", run.output())]
-    assert len(resumed) == 1 and resumed[0] >= termination[0], (resumed, reasons)
+    assert len(resumed) == 2 and resumed[0] >= termination[0], (resumed, reasons)
     assert resumed[0] in reasons, (resumed, reasons)  # a committed checkpoint
+    # Where the stopped rank was, read before the group was torn down: in the error, and
+    # every rank's whole stacks in the run directory.
+    assert "train_synthetic.py" in summary["failures"][0], summary["failures"][0]
+    with open(os.path.join(run.run_dir, "stacks", "attempt_2.txt")) as f:
+        dumps = f.read()
+    assert "rank 0" in dumps and "rank 1" in dumps and "train_loop" in dumps
 
 
-def test_driver_killed_then_rerun_continues(reference, cluster_env, storage):
-    first = run_job(storage, "drv", cluster_env)
+def kill_driver_after_commit(storage, name, env, *, past: int):
+    """Start the job and SIGKILL its driver once a checkpoint after step ``past`` is
+    committed (its manifest written): a commit, not a step, so no timing is assumed."""
+    run = run_job(storage, name, env)
     try:
-        first.wait_for(step=70)
-        first.kill_driver()
+        deadline = time.monotonic() + 180
+        while not [m for m in manifests_if_any(run.run_dir) if m["step"] > past]:
+            assert time.monotonic() < deadline, run.output()[-3000:]
+            assert run.proc.poll() is None, run.output()[-3000:]
+            time.sleep(0.05)
+        run.kill_driver()
     finally:
-        first.stop()
-    committed = [m["step"] for m in manifests(first.run_dir)]
-    assert committed and max(committed) >= 60
-
-    second = run_job(storage, "drv", cluster_env)
-    rc, summary = second.finish()
-    assert rc == 0, second.output()[-3000:]
-    assert f"resuming after step {max(committed)}" in second.output()
-    assert summary["attempts"] >= 2  # the attempt count continues across drivers
-    assert_same_result(summary, reference)
+        run.stop()
+    return run
 
 
-def test_damaged_checkpoints_fall_back_to_the_newest_intact(reference, cluster_env, storage):
-    """The newest checkpoint truncated, the one before it missing a file: both are
-    recognised from the manifest and the rerun resumes from the third newest."""
-    first = run_job(storage, "dmg", cluster_env)
-    try:
-        first.wait_for(step=70)
-        first.kill_driver()
-    finally:
-        first.stop()
+def manifests_if_any(run_dir):
+    return manifests(run_dir) if os.path.isdir(os.path.join(run_dir, CKPT_DIR)) else []
+
+
+def test_killed_drivers_continue_and_damaged_checkpoints_fall_back(reference, cluster_env, storage):
+    """A driver SIGKILLed: the rerun resumes from the newest commit, and the attempt count
+    goes on. Killed again, its newest checkpoint truncated and the one before missing a
+    file: both are recognised from the manifest and the third driver resumes from the
+    third newest. Every driver runs the same job; the last ends as an uninterrupted run."""
+    first = kill_driver_after_commit(storage, "drv", cluster_env, past=40)
+    committed = max(m["step"] for m in manifests(first.run_dir))
+
+    second = kill_driver_after_commit(storage, "drv", cluster_env, past=committed)
+    assert f"resuming after step {committed}" in second.output()
     steps = sorted(m["step"] for m in manifests(first.run_dir))
-    assert len(steps) >= 3, steps
+    assert len(steps) >= 3 and steps[-1] > committed, steps  # 3 kept (--keep)
 
     def step_dir(step):
         return os.path.join(first.run_dir, CKPT_DIR, f"step_{step:09d}")
@@ -172,10 +190,11 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact(reference, cluster_e
         f.truncate(10)
     os.unlink(os.path.join(step_dir(steps[-2]), "ckpt.index"))
 
-    second = run_job(storage, "dmg", cluster_env)
-    rc, summary = second.finish()
-    assert rc == 0, second.output()[-3000:]
-    assert f"resuming after step {steps[-3]}" in second.output()
+    third = run_job(storage, "drv", cluster_env)
+    rc, summary = third.finish()
+    assert rc == 0, third.output()[-3000:]
+    assert f"resuming after step {steps[-3]}" in third.output()
+    assert summary["attempts"] >= 3  # the attempt count continues across drivers
     assert_same_result(summary, reference)
 
 
@@ -187,31 +206,3 @@ def test_max_failures_exhausted_lists_every_cause(cluster_env, storage):
     assert "TrainingFailedError" in out and "failures (2)" in out
     assert "attempt 1: worker_died: rank 1 died" in out
     assert "attempt 2: worker_died: rank 0 died" in out
-
-
-def test_emergency_checkpoint_after_a_sigkill_redoes_no_completed_step(
-    reference, cluster_env, storage
-):
-    """SIGKILL rank 1 between interval checkpoints: the survivor's state at its last
-    completed step is committed before the restart, which resumes right after it (not
-    at the last interval checkpoint) and ends with an uninterrupted run's weights."""
-    run = run_job(storage, "emergency", cluster_env, "--max-failures", "1", "--keep", "20")
-    try:
-        before = run.wait_for(step=70)
-        run.signal_worker(1, signal.SIGKILL, before)
-        rc, summary = run.finish()
-    finally:
-        run.stop()
-    out = run.output()
-    assert rc == 0, out[-3000:]
-    found = re.search(r"emergency checkpoint committed: ranks \[0\] at step (\d+)", out)
-    assert found, out[-3000:]
-    step = int(found.group(1))
-    # Not behind the kill. It may fall on an interval step (80): that save was stored but
-    # never committed (rank 1 died first), and the driver commits an emergency part only
-    # when it is newer than every commit; the manifest below says which one landed.
-    assert step >= before["last_step"]
-    assert re.search(rf"resuming after step {step}$", out, re.M), out[-3000:]
-    assert_same_result(summary, reference)
-    manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
-    assert manifest["reason"] == "emergency" and manifest["missing_ranks"] == [1]
