@@ -53,11 +53,14 @@ class Probe:
     package: str
     check: Callable[[], str | None]
     fallback: str | None  # what the worker does instead; None: the run cannot go on
+    # False where the use is guarded name by name (a missing name is the whole risk):
+    # another release with the names still there then changes nothing, and says nothing.
+    version_bound: bool = True
 
     def run(self) -> str | None:
         """None when the internal is usable; else why not (a failing check is a 'no')."""
         try:
-            why = version_note(self.package) or self.check()
+            why = (version_note(self.package) if self.version_bound else None) or self.check()
         except Exception as exc:  # noqa: BLE001 - a probe that cannot even look says no
             why = f"{type(exc).__name__}: {exc}"
         return why
@@ -134,6 +137,7 @@ RAY_LOG_PREFIX = Probe(
     "ray",
     _ray_log_prefixes,
     "worker output keeps Ray's default prefixes",
+    version_bound=False,
 )
 # Keras's fit patch has its probe beside it: ``raytf.worker.keras_fit.PROBE``.
 PROBES = (SNAPSHOT, COORDINATION, ITERATOR_REAPER, RAY_LOG_PREFIX)

@@ -90,3 +90,13 @@ def test_a_fallback_is_shown_once_a_run_even_when_quiet():
     assert (
         out.getvalue() == "[raytf] warning: asynchronous checkpoints: ...; written synchronously\n"
     )
+
+
+def test_a_name_by_name_guard_is_probed_by_its_names_not_the_release(monkeypatch):
+    from ray._private import ray_constants
+
+    monkeypatch.setattr(compat, "installed", lambda package: "2.61.0")
+    assert compat.run_probes((compat.RAY_LOG_PREFIX,)).notes == ()  # names there: no change
+    monkeypatch.delattr(ray_constants, "LOG_PREFIX_ACTOR_NAME")
+    (note,) = compat.run_probes((compat.RAY_LOG_PREFIX,)).notes
+    assert "lacks LOG_PREFIX_ACTOR_NAME" in note and "default prefixes" in note

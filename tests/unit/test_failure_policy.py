@@ -71,3 +71,12 @@ def test_bad_failure_config(kwargs, match):
 
     with pytest.raises(ConfigError, match=match):
         FailureConfig(**kwargs)
+
+
+def test_a_dependency_error_is_never_retried():
+    from raytf.errors import DependencyError
+
+    error = DependencyError("tensorflow 2.22.0 is installed, raytf supports 2.21.*: ...")
+    assert classify(error) is FailureKind.DEPENDENCY  # not SETUP, which is retried
+    unlimited = FailurePolicy(FailureConfig(max_failures=-1))
+    assert unlimited.decide(Failure(FailureKind.DEPENDENCY, error, 1), 1) is Decision.RAISE
