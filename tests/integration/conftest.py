@@ -105,3 +105,31 @@ def s3(tmp_path_factory):
             else:
                 os.environ[key] = value
         refresh_fsspec_env()
+
+
+# The Keras resume test's job (jobs/train_keras.py): 3 epochs of 32 steps, validated; its
+# checkpoints every 20 steps fall mid-epoch. The same run in-process is the reference.
+KERAS_REFERENCE = {"epochs": 3, "steps_per_epoch": 32, "seed": 4, "batch_size": 128}
+
+
+@pytest.fixture(scope="session")
+def keras_reference(ray_cluster, tmp_path_factory):
+    """The uninterrupted KerasTrainer run that the Keras resume test must end as, with the
+    weights the metric test checks: one run serves both."""
+    import raytf
+
+    cfg = KERAS_REFERENCE
+    config = {"seed": cfg["seed"], "lr": 1e-3, "batch_size": cfg["batch_size"]}
+    storage = str(tmp_path_factory.mktemp("keras-ref"))
+    return raytf.KerasTrainer(
+        train_keras.build_model,
+        train_keras.dataset_fn,
+        global_batch_size=cfg["batch_size"],
+        epochs=cfg["epochs"],
+        steps_per_epoch=cfg["steps_per_epoch"],
+        validation_fn=train_keras.validation_fn,
+        report_every=4,
+        train_loop_config=config,
+        scaling_config=raytf.ScalingConfig(num_workers=2),
+        run_config=raytf.RunConfig(name="keras-ref", storage_path=storage, verbose=0),
+    ).fit()

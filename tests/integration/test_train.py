@@ -14,14 +14,13 @@ from .cluster_state import assert_nothing_left
 ARGS = ["--workers", "2", "--steps", "48", "--report-every", "8", "--seed", "7"]
 
 
-def test_loss_falls_digests_agree_and_a_fixed_seed_repeats(ray_cluster, storage):
+def test_digests_agree_and_the_state_is_recorded(ray_cluster, storage):
+    """(That a fixed seed repeats, every fault test shows: each ends with the weights of
+    the session's reference run, made in another process, on another cluster for some.)"""
     first = train_synthetic.main(ARGS + ["--storage", storage, "--name", "a"])
-    second = train_synthetic.main(ARGS + ["--storage", storage, "--name", "b"])
 
     assert first["steps"] == 48 and first["attempts"] == 1
     assert first["digests_agree"], "workers ended with different weights"
-    assert first["weights_digest"] == second["weights_digest"], "same seed, different result"
-    assert second["digests_agree"]
 
     with open(os.path.join(storage, "a", "state.json")) as f:
         state = json.load(f)

@@ -104,7 +104,7 @@ print(json.dumps(out))
 
 def test_restored_partials_continue_the_epoch_bit_for_bit():
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, "16"],
+        [sys.executable, "-c", CHILD, "8"],
         capture_output=True,
         text=True,
         cwd=ROOT,
