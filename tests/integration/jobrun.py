@@ -11,7 +11,7 @@ import sys
 import time
 
 from raytf.rundir.storage import Storage, join_run_dir
-from raytf.tools.local.cluster import LocalCluster, LocalNode
+from raytf.tools.local.cluster import SIMULATED_HEALTH_CHECK, LocalCluster, LocalNode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = os.path.join(ROOT, "jobs", "train_synthetic.py")
@@ -22,13 +22,11 @@ FAULT_ARGS = ["--workers", "2", "--steps", "160", "--seed", "3", "--checkpoint-e
 FAULT_ARGS += ["--step-sleep", "0.03", "--report-every", "4"]
 
 
-# Faster dead-node detection than Ray's default, as an operator would tune a test cluster.
-FAST_HEALTH_CHECK = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
-
-
 def three_nodes() -> LocalCluster:
     """A head that runs no workers and three 1-CPU nodes: one worker per node."""
-    return LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=FAST_HEALTH_CHECK)
+    return LocalCluster(
+        num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=SIMULATED_HEALTH_CHECK
+    )
 
 
 def node_of(cluster: LocalCluster, state: dict, rank: int) -> LocalNode:

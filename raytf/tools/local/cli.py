@@ -17,7 +17,7 @@ import sys
 import time
 
 from raytf.settings import Settings
-from raytf.tools.local.cluster import LocalCluster
+from raytf.tools.local.cluster import SIMULATED_HEALTH_CHECK, LocalCluster
 
 
 def _state_path(args: argparse.Namespace) -> str:
@@ -48,6 +48,7 @@ def _up(args: argparse.Namespace) -> int:
         cpus_per_node=args.cpus_per_node,
         gpus_per_node=args.gpus_per_node,
         head_cpus=args.head_cpus,
+        system_config=SIMULATED_HEALTH_CHECK,
     )
     try:
         cluster.start()

@@ -83,6 +83,11 @@ class _RegistrationTimeout(RuntimeError):
     """`ray start` gave up waiting for the GCS: a loaded machine, worth one more try."""
 
 
+# Ray's defaults find a dead node after about 15 s (3 s x 5 missed checks). A simulated
+# node is killed to watch the recovery, so `raytf local` finds it in about 3 s.
+SIMULATED_HEALTH_CHECK = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+
+
 def ensure_auth_token() -> None:
     """Make this user's Ray token (``~/.ray/auth_token``) if there is none yet.
 
