@@ -53,8 +53,9 @@ class Probe:
     package: str
     check: Callable[[], str | None]
     fallback: str | None  # what the worker does instead; None: the run cannot go on
-    # False where the use is guarded name by name (a missing name is the whole risk):
-    # another release with the names still there then changes nothing, and says nothing.
+    # True where raytf relies on an internal's layout or behaviour (the snapshot, the fit
+    # patch): another release falls back. False where the use is by name only and the
+    # check looks for each name: another release with the names there changes nothing.
     version_bound: bool = True
 
     def run(self) -> str | None:
@@ -125,12 +126,14 @@ COORDINATION = Probe(
     "tensorflow",
     _coordination_store,
     None,
+    version_bound=False,
 )
 ITERATOR_REAPER = Probe(
     "freeing tf.data iterators off the training thread",
     "tensorflow",
     _iterator_handles,
     "iterators are freed where TF frees them (a run's end may wait for its input pipeline)",
+    version_bound=False,
 )
 RAY_LOG_PREFIX = Probe(
     "worker lines named by rank in Ray's log stream",
