@@ -56,6 +56,9 @@ class Settings:
         os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json"),
     )
     node_start_timeout_s: float = _env("RAYTF_NODE_START_TIMEOUT_S", float, 90.0)
+    # A Tune trial's report at a checkpoint step waits at most this long for that step's
+    # commit, so the result Tune may stop the trial at carries it (raytf.integrations.tune).
+    tune_commit_wait_s: float = _env("RAYTF_TUNE_COMMIT_WAIT_S", float, 60.0)
     # Where each node keeps copies of the latest checkpoints in host memory, for
     # restores that skip object storage (raytf.worker.host_copy); "" turns them off.
     host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")

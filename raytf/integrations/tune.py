@@ -13,7 +13,11 @@ What Tune sees and does:
   wait for Tune: training never blocks on the tuner);
 - a committed raytf checkpoint marks the next result ``should_checkpoint``:
   Tune then takes a copy of that step's directory, and a trial Tune restores
-  (after a failure of the trial itself, or ``Tuner.restore``) resumes from it;
+  (after a failure of the trial itself, or ``Tuner.restore``) resumes from it.
+  A report at a step where a checkpoint is due waits for that commit (the loop
+  reports, then saves): otherwise the last rung's result, at which ASHA stops the
+  trial, raced the commit of the trial's last checkpoint, and Tune kept the one
+  before (seen in CI: step 64 handed over instead of 128);
 - a scheduler's STOP (ASHA, a stopper) ends the trial: ``cleanup`` asks the
   driver to stop, which tears the worker group down before the actor exits.
 
@@ -29,6 +33,7 @@ import os
 import queue
 import shutil
 import threading
+import time
 from typing import Any
 
 from ray import tune
@@ -39,6 +44,7 @@ from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
 from raytf.rundir.checkpoints import CKPT_DIR, parse_step_dirname, step_dirname
 from raytf.rundir.storage import Storage
+from raytf.settings import Settings
 
 STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
 
@@ -98,6 +104,7 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
             if kind == "report":
                 self._last = dict(value)
                 out = dict(value)
+                self._await_commit(value.get("step"))
             elif kind == "finished":
                 out = {**self._last, "done": True}
             else:
@@ -106,6 +113,21 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
             if latest is not None and latest.step != self._saved_step:
                 out["should_checkpoint"] = True
             return out
+
+        def _await_commit(self, step: Any) -> None:
+            """At a step where a checkpoint is due, wait (bounded) for its commit. Only once
+            the run has committed one: a loop that never calls ``restore`` saves nothing."""
+            every = self._run_config.checkpoint_config.checkpoint_every_steps
+            if not isinstance(step, int) or not every or step % every:
+                return
+            if self._controller.ckpts.latest is None:
+                return
+            deadline = time.monotonic() + Settings.from_env().tune_commit_wait_s
+            while time.monotonic() < deadline and self._thread.is_alive():
+                latest = self._controller.ckpts.latest
+                if latest is not None and latest.step >= step:
+                    return
+                time.sleep(0.05)
 
         def _launch(self) -> None:
             self._seed_checkpoint()
