@@ -83,7 +83,7 @@ def train_loop(config: dict) -> dict:
         model = keras.Sequential(
             [
                 keras.Input((NUM_FEATURES,)),
-                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(int(config.get("width", 64)), activation="relu"),
                 keras.layers.Dense(64, activation="relu"),
                 keras.layers.Dense(NUM_CLASSES),
             ]
@@ -141,6 +141,7 @@ def train_loop(config: dict) -> dict:
             )
             reported = step
     out = {"weights_digest": weights_digest(model.get_weights()), "steps": int(steps_run.numpy())}
+    out["resumed_from"] = start  # this attempt's first step was the one after it
     if count_examples:
         out["examples_seen"] = seen_summary(seen.numpy())
     return out
@@ -163,6 +164,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--report-every", type=int, default=8)
     p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
+    p.add_argument("--sync-save", action="store_true", help="write checkpoints on the loop")
+    p.add_argument("--width", type=int, default=64, help="units of the first hidden layer")
     p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
     p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
     p.add_argument("--count-examples", action="store_true", help="count each example's uses")
@@ -193,6 +196,7 @@ def main(argv=None) -> dict:
             "step_sleep": args.step_sleep,
             "slow_while": args.slow_while,
             "count_examples": args.count_examples,
+            "width": args.width,
         },
         scaling_config=raytf.ScalingConfig(
             num_workers=workers,
@@ -207,6 +211,7 @@ def main(argv=None) -> dict:
             checkpoint_config=raytf.CheckpointConfig(
                 num_to_keep=args.keep,
                 checkpoint_every_steps=args.checkpoint_every,
+                async_save=not args.sync_save,
             ),
             failure_config=raytf.FailureConfig(
                 max_failures=args.max_failures,

@@ -199,6 +199,10 @@ class CheckpointConfig:
     that named its Keras model (``ctx.restore(model=...)``), the chief writes
     ``model/model.keras``, and ``model/saved_model`` when
     ``export_saved_model``.
+
+    ``refuse_nonfinite``: the chief checks its trainable weights at each save
+    (one reduction) and the driver does not commit a checkpoint holding NaN or
+    Inf, which could otherwise push good checkpoints out of ``num_to_keep``.
     """
 
     num_to_keep: int | None = None
@@ -208,6 +212,7 @@ class CheckpointConfig:
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
     export_saved_model: bool = False
+    refuse_nonfinite: bool = True
 
     def __post_init__(self) -> None:
         _positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
@@ -215,7 +220,7 @@ class CheckpointConfig:
             "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
         )
         _positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
-        for fname in ("async_save", "export_saved_model"):
+        for fname in ("async_save", "export_saved_model", "refuse_nonfinite"):
             if not isinstance(getattr(self, fname), bool):
                 raise ConfigError(
                     f"CheckpointConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
@@ -324,6 +329,9 @@ class RunConfig:
     finds the same directory (later: the same checkpoints). ``callbacks`` are
     ``raytf.Callback`` objects called on the driver (``raytf.driver.callbacks``).
     ``logging_config`` sets what the driver and the workers print.
+    ``start_fresh`` begins at step 0 under a name that has files: the earlier
+    run's files are moved into ``RUN_DIR/previous/<UTC time>/``, never deleted
+    (a model that does not fit a run's checkpoints is refused until then).
     """
 
     name: str | None = None
@@ -336,6 +344,7 @@ class RunConfig:
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     callbacks: tuple = ()
     logging_config: LoggingConfig = field(default_factory=LoggingConfig)
+    start_fresh: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.logging_config, LoggingConfig):
@@ -360,6 +369,8 @@ class RunConfig:
             )
         if self.storage_path is None:
             object.__setattr__(self, "storage_path", Settings.from_env().storage_path)
+        if not isinstance(self.start_fresh, bool):
+            raise ConfigError(f"RunConfig.start_fresh = {self.start_fresh!r}: must be a bool")
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"RunConfig.verbose = {self.verbose!r}: must be 0, 1 or 2")
         for fname in ("progress_interval_s", "setup_timeout_s", "placement_timeout_s"):

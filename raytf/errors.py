@@ -78,6 +78,53 @@ class CheckpointRestoreError(RaytfError):
         return (CheckpointRestoreError, (self.url, self.detail))
 
 
+class CheckpointMismatchError(ConfigError):
+    """A committed checkpoint does not fit the model being restored (its variables' shapes or
+    structure differ: the model changed between launches of one run name). Never retried and
+    never marks the checkpoint bad: the checkpoint is whole, the model is another."""
+
+    def __init__(self, run_dir: str, step: int | None, differences: list[str]):
+        self.run_dir = run_dir
+        self.step = step
+        self.differences = list(differences)
+        shown = "; ".join(differences[:8])
+        more = f"; and {len(differences) - 8} more" if len(differences) > 8 else ""
+        at = f"at step {step} " if step is not None else ""
+        super().__init__(
+            f"the checkpoint {at}of run directory {run_dir} does not fit this model "
+            f"({shown}{more}). Nothing in the run directory was changed. To resume, launch "
+            "the model the checkpoints were saved from; to train this model, start afresh: "
+            "give the run a new RunConfig.name, or set RunConfig(start_fresh=True) to move "
+            "this run's files aside (into RUN_DIR/previous/) and begin at step 0"
+        )
+
+    def __reduce__(self):
+        return (CheckpointMismatchError, (self.run_dir, self.step, self.differences))
+
+
+class CheckpointStorageError(RaytfError):
+    """Storage failed while a worker read a committed checkpoint (after its retries): an
+    infrastructure failure, retried like a lost worker. The checkpoint is not to blame."""
+
+    def __init__(self, url: str, detail: str):
+        self.url = url
+        self.detail = detail
+        super().__init__(f"could not read {url} from storage: {detail}")
+
+    def __reduce__(self):
+        return (CheckpointStorageError, (self.url, self.detail))
+
+
+class StorageUnavailableError(RaytfError):
+    """The driver could not write the run directory for longer than its limit
+    (``RAYTF_STORAGE_OUTAGE_S``): the run stops rather than train on unrecorded."""
+
+
+class RunDirInUseError(ConfigError):
+    """Another live driver holds the run directory's lease: two drivers of one run name
+    would write the same checkpoints and prune each other's."""
+
+
 class WorkerHangError(RaytfError):
     """No step progress (or no answer from a worker) within the watchdog's timeout."""
 

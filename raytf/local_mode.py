@@ -19,6 +19,7 @@ from typing import Any
 
 from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.checkpoint_commits import CheckpointCommits
+from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.errors import ConfigError, TrainingFailedError
 from raytf.messages import RUNNING, CheckpointPart, Report, WorkerPoll
 from raytf.observe import RunRecorder
@@ -26,6 +27,7 @@ from raytf.result import Result
 from raytf.rundir.checkpoints import CKPT_DIR
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage, check_storage
+from raytf.settings import Settings
 from raytf.worker import model_out
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
@@ -47,9 +49,18 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
             "ScalingConfig(num_workers=0) runs in this process without Ray: Ray Data "
             "datasets need workers; read the data in the loop, or use num_workers=1"
         )
+    check_storage(run_config.storage_path, run_config.run_dir)
+    settings = Settings.from_env()
+    writer = hold_run_dir(run_config, settings, print)
+    try:
+        return _run_here(fn, config, scaling, run_config, writer)
+    finally:
+        writer.close(settings.final_state_write_s)  # the last state, then the lease
+
+
+def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> Result:
     t0 = time.monotonic()
     run_dir = run_config.run_dir
-    check_storage(run_config.storage_path, run_dir)
     storage = Storage(run_dir)
     status = RunState.continuing(storage, name=run_config.name, run_dir=run_dir, scaling=scaling)
     status.attempt += 1
@@ -103,7 +114,7 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
     )
     status.world_size = 1
     status.record(
-        "RUNNING", attempt=status.attempt, preemptions=0, workers_ended=False, storage=storage
+        "RUNNING", attempt=status.attempt, preemptions=0, workers_ended=False, write=writer.put
     )
     _set_context(ctx)
     error: BaseException | None = None
@@ -124,7 +135,9 @@ def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: 
         events.emit("on_failure", status.attempt, "fatal", error)
     events.emit("on_state", "RUNNING", state)
     events.close(state)
-    status.record(state, attempt=status.attempt, preemptions=0, workers_ended=True, storage=storage)
+    status.record(
+        state, attempt=status.attempt, preemptions=0, workers_ended=True, write=writer.put
+    )
     result = Result(
         metrics=history[-1] if history else {},
         metrics_history=history,

@@ -7,8 +7,9 @@ plain values.
 
 Worker to driver, drained by the driver's poll: ``WorkerPoll`` carries the
 ``Report``s, ``CheckpointPart``s, ``ShardEpoch``s and session ``Reply``s the
-worker produced since the last poll. Driver to worker: ``Command`` (one step
-of an interactive session); ``WorkerInfo`` is the worker's answer to the
+worker produced since the last poll. Driver to worker: ``CheckpointPlan`` (each
+attempt's checkpoint settings), ``Command`` (one step of an interactive session);
+``WorkerInfo`` is the worker's answer to the
 group's port reservation.
 """
 
@@ -63,6 +64,19 @@ class Command:
 
 
 @dataclass(frozen=True)
+class CheckpointPlan:
+    """What every worker's checkpointer is told at the start of an attempt."""
+
+    dir: str  # the checkpoints' directory, relative to the run
+    every_steps: int | None = None
+    async_save: bool = True
+    restore_url: str | None = None  # None: a fresh start
+    keep_last_step: bool = False  # keep each step's state for an emergency checkpoint
+    refuse_nonfinite: bool = True  # the chief checks its weights at every save
+    saved_model: bool = False  # the final model as a SavedModel too
+
+
+@dataclass(frozen=True)
 class CheckpointPart:
     """One rank's report that its part of the checkpoint at ``step`` is written."""
 
@@ -74,6 +88,8 @@ class CheckpointPart:
     persist_seconds: float = 0.0  # from the save's start until it was stored
     digest: str | None = None  # an emergency part: SHA-256 of the state it holds
     copy_id: str | None = None  # this node's copy in host memory (raytf.worker.host_copy)
+    structure: dict | None = None  # the TF files' writer: its models' shapes (worker.structure)
+    finite: bool | None = None  # the chief: its weights were all finite (None: not checked)
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,9 @@ class Result:
             "digests_agree": len(digests) == 1 and None not in digests,
             "run_dir": self.path,
         }
-        if ranks and "examples_seen" in ranks[0]:
-            out["examples_seen"] = ranks[0]["examples_seen"]
+        for key in ("examples_seen", "resumed_from"):  # what some jobs return as well
+            if ranks and key in ranks[0]:
+                out[key] = ranks[0][key]
         if self.history:
             out["history"] = self.history
         return out

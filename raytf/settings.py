@@ -67,6 +67,17 @@ class Settings:
     # keep_idle_s without a run.
     keep_processes: int = _env("RAYTF_KEEP_PROCESSES", int, 0)
     keep_idle_s: float = _env("RAYTF_KEEP_IDLE_S", float, 600.0)
+    # One driver per run directory (raytf.rundir.lease): its heartbeat, and the age at
+    # which another driver takes a lease over (at once when the holder's process, on
+    # this host, is gone).
+    lease_heartbeat_s: float = _env("RAYTF_LEASE_HEARTBEAT_S", float, 5.0)
+    lease_stale_s: float = _env("RAYTF_LEASE_STALE_S", float, 30.0)
+    # The run directory unwritable this long (state.json, commits) stops the run.
+    storage_outage_s: float = _env("RAYTF_STORAGE_OUTAGE_S", float, 600.0)
+    # SIGTERM or SIGINT to the driver: how long it waits for the stop checkpoint's commit;
+    # and how long its last state.json write may take.
+    stop_checkpoint_wait_s: float = _env("RAYTF_STOP_CHECKPOINT_WAIT_S", float, 60.0)
+    final_state_write_s: float = _env("RAYTF_FINAL_STATE_WRITE_S", float, 30.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from raytf.config import CheckpointConfig
-from raytf.messages import CheckpointPart
+from raytf.messages import CheckpointPart, CheckpointPlan
 from raytf.rundir.checkpoints import (
     CKPT_DIR,
     SCORES,
@@ -22,6 +22,7 @@ from raytf.rundir.checkpoints import (
     committed,
     latest_intact,
     mark_bad,
+    marked_bad,
     prune,
     ranked,
     step_dirname,
@@ -29,6 +30,8 @@ from raytf.rundir.checkpoints import (
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
+
+COMMIT_TRIES = 5  # a manifest write: tried at polls 1, 2, 4 and 8 s apart, then given up
 
 
 class CheckpointCommits:
@@ -38,15 +41,20 @@ class CheckpointCommits:
         config: CheckpointConfig,
         world_size: int,
         on_commit: Callable[[CommittedCheckpoint], None] | None = None,
+        say: Callable[[str], None] = logger.warning,
     ):
         self.storage = storage
         self.on_commit = on_commit  # told of every commit, an emergency one included
+        self.say = say  # a line for the user: a checkpoint refused or not written
         self.config = config
         self.world_size = world_size
-        self.bad: set[int] = set()
         self.latest: CommittedCheckpoint | None = latest_intact(storage)
         # The committed checkpoints that exist (pruned ones leave): what status lists.
         self.kept: list[int] = committed(storage)
+        self.bad: set[int] = marked_bad(storage, self.kept)  # never counted by retention
+        # Complete checkpoints whose manifest could not be written yet: step -> (parts,
+        # tries, when to try again). A newer commit or a new attempt drops them.
+        self._unwritten: dict[int, tuple[list[CheckpointPart], int, float]] = {}
         self.save_seconds: list[float] = []
         self._pending: dict[int, dict[int, CheckpointPart]] = defaultdict(dict)
         self._last_save = time.monotonic()
@@ -56,6 +64,7 @@ class CheckpointCommits:
         # Scores decided so far, kept in the run directory: a driver that continues the
         # run ranks the checkpoints of the one before it as that one did.
         self._decided: dict[int, float | None] = {}
+        self._scores_unwritten = False
         if config.checkpoint_score_attribute and storage.exists(CKPT_DIR, SCORES):
             saved = storage.read_json(CKPT_DIR, SCORES)
             self._decided = {int(k): v for k, v in saved.items() if int(k) in self.kept}
@@ -88,10 +97,14 @@ class CheckpointCommits:
             if ckpt_step not in self._decided and (final or self._reported_step > ckpt_step):
                 self._decided[ckpt_step] = self._score_of(ckpt_step)
                 grew = True
-        if grew:
-            self.storage.write_json_atomic(
-                {str(k): v for k, v in self._decided.items() if k in self.kept}, CKPT_DIR, SCORES
-            )
+        if grew or self._scores_unwritten:
+            doc = {str(k): v for k, v in self._decided.items() if k in self.kept}
+            try:
+                self.storage.write_json_atomic(doc, CKPT_DIR, SCORES)
+                self._scores_unwritten = False
+            except Exception as exc:  # noqa: BLE001 - kept in memory; written at the next decision
+                self._scores_unwritten = True
+                logger.warning("could not write %s: %s", SCORES, exc)
         return {s: self._decided[s] for s in self.kept if s in self._decided}
 
     def best(self) -> list[tuple[int, float | None]]:
@@ -106,17 +119,18 @@ class CheckpointCommits:
         """``Result.best_checkpoints``: each kept checkpoint's directory and score, best first."""
         return [(self.storage.url(CKPT_DIR, step_dirname(s)), score) for s, score in self.best()]
 
-    def worker_args(self, keep_last_step: bool = False) -> dict:
+    def plan(self, keep_last_step: bool = False) -> CheckpointPlan:
         """What each worker's checkpointer needs: where, how often, what to restore, and
         whether to keep each step's state for an emergency checkpoint."""
-        return {
-            "keep_last_step": keep_last_step,
-            "dir": CKPT_DIR,
-            "every_steps": self.config.checkpoint_every_steps,
-            "async_save": self.config.async_save,
-            "restore_url": self.latest.path if self.latest else None,
-            "model_out": {"saved_model": self.config.export_saved_model},
-        }
+        return CheckpointPlan(
+            dir=CKPT_DIR,
+            every_steps=self.config.checkpoint_every_steps,
+            async_save=self.config.async_save,
+            restore_url=self.latest.path if self.latest else None,
+            keep_last_step=keep_last_step,
+            refuse_nonfinite=self.config.refuse_nonfinite,
+            saved_model=self.config.export_saved_model,
+        )
 
     def restore_point(self) -> CommittedCheckpoint | None:
         """The newest committed checkpoint whose files are intact (re-checked every time)."""
@@ -127,22 +141,57 @@ class CheckpointCommits:
         """An elastic group's size may differ from one attempt to the next."""
         self.world_size = world_size
         self._pending.clear()
+        self._unwritten.clear()  # a restart may save the same steps again
         self._requested_at = None
         self._last_save = time.monotonic()
 
     def on_parts(self, parts: list[CheckpointPart], *, attempt: int) -> list[CommittedCheckpoint]:
+        """Collect parts; commit each step every rank has stored. A manifest that cannot
+        be written (storage away, a full disk) is tried again at later polls with
+        backoff, then given up and said so: training goes on either way."""
         done = []
         for part in parts:
             self._pending[part.step][part.rank] = part
-        for step in sorted(self._pending):
-            if len(self._pending[step]) == self.world_size:
-                ranks = self._pending.pop(step)
-                ckpt = commit(
-                    self.storage, list(ranks.values()), world_size=self.world_size, attempt=attempt
-                )
-                self._committed(ckpt)
+        now = time.monotonic()
+        ready = {}
+        for step in [s for s in self._pending if len(self._pending[s]) == self.world_size]:
+            ready[step] = (list(self._pending.pop(step).values()), 0)
+        due = {s: (p, n) for s, (p, n, at) in self._unwritten.items() if at <= now}
+        for step, (ranks, tries) in sorted({**due, **ready}.items()):
+            self._unwritten.pop(step, None)
+            if self.latest is not None and step <= self.latest.step:
+                continue  # a newer checkpoint was committed meanwhile
+            ckpt = self._commit(step, ranks, tries, attempt)
+            if ckpt is not None:
                 done.append(ckpt)
         return done
+
+    def _commit(self, step, ranks, tries: int, attempt: int) -> CommittedCheckpoint | None:
+        if self.config.refuse_nonfinite and any(p.finite is False for p in ranks):
+            self.say(
+                f"checkpoint at step {step} not committed: the model's weights hold NaN or "
+                "Inf (CheckpointConfig.refuse_nonfinite); the previous checkpoint stays the latest"
+            )
+            return None
+        try:
+            ckpt = commit(self.storage, ranks, world_size=self.world_size, attempt=attempt)
+        except ValueError:
+            raise  # parts that do not make a checkpoint: a bug, not storage
+        except Exception as exc:  # noqa: BLE001 - any storage error (s3fs raises many kinds)
+            tries += 1
+            if tries >= COMMIT_TRIES:
+                self.say(
+                    f"checkpoint at step {step} not committed: its manifest could not be "
+                    f"written in {tries} tries ({exc}); the previous checkpoint stays the "
+                    "latest, training goes on"
+                )
+                return None
+            wait = min(2.0 ** (tries - 1), 16.0)
+            logger.warning("commit of step %d failed (%s), retry in %.0f s", step, exc, wait)
+            self._unwritten[step] = (ranks, tries, time.monotonic() + wait)
+            return None
+        self._committed(ckpt)
+        return ckpt
 
     def _committed(self, ckpt: CommittedCheckpoint) -> None:
         self.latest = ckpt
@@ -150,10 +199,15 @@ class CheckpointCommits:
         self.save_seconds.append(ckpt.manifest["save_seconds"])
         self._last_save = time.monotonic()
         self._requested_at = None
-        removed = prune(
-            self.storage, self.config.num_to_keep, self.scores(), self.config.checkpoint_score_order
-        )
+        self._unwritten = {s: v for s, v in self._unwritten.items() if s > ckpt.step}
+        try:
+            order = self.config.checkpoint_score_order
+            removed = prune(self.storage, self.config.num_to_keep, self.scores(), order, self.bad)
+        except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
+            logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
+            removed = []
         self.kept = [s for s in self.kept if s not in removed]
+        self.bad -= set(removed)
         if removed:
             logger.debug("pruned checkpoints %s", removed)
         if self.on_commit is not None:
@@ -184,16 +238,19 @@ class CheckpointCommits:
     def time_due(self, now: float) -> bool:
         """True once per ``checkpoint_every_s``; the caller asks the group to save."""
         every = self.config.checkpoint_every_s
-        if every is None or self._requested_at is not None:
+        if every is None:
             return False
+        if self._requested_at is not None and now - self._requested_at < every:
+            return False  # asked, not committed yet; a request unanswered this long was lost
         if now - self._last_save >= every:
             self._requested_at = now
             return True
         return False
 
     def mark_bad(self, step: int, why: str) -> None:
+        """Damage only (a restore that read bad files): never another model or storage."""
         self.bad.add(step)
         try:
             mark_bad(self.storage, step, why)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - kept in memory for this driver
             logger.warning("could not mark checkpoint %d bad: %s", step, exc)

@@ -10,8 +10,12 @@ SCHEDULING places the slots (ERRORED: placement timed out). STARTING wires
 the actors (SCHEDULING again on a port clash; RESTARTING when set-up fails;
 ERRORED past ``max_port_retries`` or when the user's code cannot load).
 RUNNING polls (RESTARTING on a failure, hang, preemption or resize; ERRORED
-on a data-shard mismatch a retry would repeat). RESTARTING asks the failure
-policy. STOPPED is ``request_stop`` (a Tune scheduler ended the trial).
+on a data-shard mismatch a retry would repeat, or on storage unwritable past
+``Settings.storage_outage_s``). RESTARTING asks the failure policy. STOPPED
+is ``request_stop`` (a Tune scheduler ended the trial), or a SIGTERM or SIGINT
+to the driver after its stop checkpoint (``raytf.driver.signal_stop``).
+``state.json`` goes through a ``StateWriter``, off this loop, so a full disk
+or an object store away never stops it (``raytf.driver.run_dir_hold``).
 ``states.TRANSITIONS`` holds this diagram; the loop refuses any other step.
 
 A RESTARTING state carries its reason (a ``Failure`` or a ``Restart``). A
@@ -39,16 +43,20 @@ from raytf.driver.hang_report import explain_hang
 from raytf.driver.listeners import Listeners
 from raytf.driver.outcome import build_result
 from raytf.driver.outputs import Outputs
+from raytf.driver.poll_intake import PollIntake
 from raytf.driver.progress import Progress
 from raytf.driver.resize_policy import ResizeDecision, ResizePolicy, Restart
 from raytf.driver.round_times import RoundTimes
+from raytf.driver.signal_stop import SignalStop
 from raytf.driver.states import TRANSITIONS, Next, State, outranking
 from raytf.driver.watchdog import Watchdog
 from raytf.errors import (
     CheckpointRestoreError,
+    CheckpointStorageError,
     DataShardError,
     PlacementTimeoutError,
     PortClashError,
+    StorageUnavailableError,
     UserCodeLoadError,
     WorkerDiedError,
     WorkerSetupError,
@@ -60,11 +68,12 @@ from raytf.messages import FAILED, FINISHED, Command, WorkerPoll
 from raytf.observe import RunRecorder
 from raytf.result import Result
 from raytf.rundir.run_state import RunState
-from raytf.rundir.storage import Storage
+from raytf.rundir.state_writer import StateWriter
+from raytf.rundir.storage import Storage, retrying
 from raytf.settings import Settings
 
 
-class Controller:
+class Controller(PollIntake):
     def __init__(
         self,
         fn_ref: Any,
@@ -80,6 +89,7 @@ class Controller:
         pool_cls: Callable[..., Pool] = WorkerPool,
         settings: Settings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        writer: StateWriter | None = None,
     ):
         self.fn_ref, self.config, self.scaling = fn_ref, config, scaling
         self.run_config, self.progress = run_config, progress
@@ -93,9 +103,16 @@ class Controller:
         self.settings = settings or Settings.from_env()
         self.clock = clock
         self.run_dir = run_config.run_dir
+        # state.json and the lease's heartbeat, off this loop (raytf.driver.run_dir_hold).
+        self.writer = writer or StateWriter(self.storage, say=progress.message)
+        self.stopper = SignalStop(self.settings.stop_checkpoint_wait_s)
         self.world_size = scaling.max_workers  # the size of the current attempt
         self.ckpts = CheckpointCommits(
-            self.storage, run_config.checkpoint_config, self.world_size, self._on_commit
+            self.storage,
+            run_config.checkpoint_config,
+            self.world_size,
+            self._on_commit,
+            say=progress.message,
         )
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: Group | None = None
@@ -137,20 +154,49 @@ class Controller:
     # -- the loop -----------------------------------------------------------
     def run(self) -> Result:
         nxt = Next(State.SCHEDULING)
+        self.stopper.install()
         try:
             while not nxt.state.is_terminal:
-                new = Next(State.STOPPED) if self._stop_requested else self._step(nxt)
+                new = self._on_signal(nxt) if self.stopper.signum else None
+                if new is None:
+                    new = Next(State.STOPPED) if self._stop_requested else self._step(nxt)
                 if new.state is not nxt.state:
                     self.events.state(nxt.state.value, new.state.value, self.attempt)
                 nxt = new
                 self._save(nxt.state)
         finally:
+            self.stopper.uninstall()
             self._teardown()
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
             self.events.close(nxt.state.value)
-        return self._result(nxt.state)
+            self.writer.close(self.settings.final_state_write_s)
+        result = self._result(nxt.state)
+        if nxt.state is State.STOPPED:
+            self.stopper.reraise()  # SIGTERM: SystemExit(143); SIGINT: KeyboardInterrupt
+        return result
+
+    def _on_signal(self, nxt: Next) -> Next | None:
+        """SIGTERM or SIGINT: a checkpoint first (while running), then STOPPED; None while
+        the checkpoint is awaited (the loop polls on)."""
+        if nxt.state is not State.RUNNING or self.group is None:
+            return Next(State.STOPPED)
+        now = self.clock()
+        committed = self.ckpts.latest.step if self.ckpts.latest else None
+        if self.stopper.deadline is None:
+            self.group.request_checkpoint("stop")
+            self.progress.message(self.stopper.begin(committed, now))
+            return None
+        if not self.stopper.done(committed, now):
+            return None
+        saved = committed is not None and committed > self.stopper.committed_before
+        self.progress.message(
+            f"stopped on {self.stopper.name}: "
+            + (f"checkpoint at step {committed} committed" if saved else "no new checkpoint")
+            + "; launch the same run name again to resume"
+        )
+        return Next(State.STOPPED)
 
     def _step(self, nxt: Next) -> Next:
         handler = {
@@ -196,7 +242,10 @@ class Controller:
             return Next(State.SCHEDULING)
         except WorkerSetupError as exc:
             return self._on_failure(exc)
-        restore = self.ckpts.restore_point()
+        try:  # a store that fails must not look like no checkpoint (a start from step 0)
+            restore = retrying(self.ckpts.restore_point, "finding the newest checkpoint")
+        except Exception as exc:  # noqa: BLE001 - the store, after its retries
+            return self._on_failure(CheckpointStorageError(self.run_dir, f"{exc!r}"))
         restored = restore.step if restore else 0
         self.status.last_step = restored
         self.outputs.new_attempt(self.world_size, restored)
@@ -205,8 +254,8 @@ class Controller:
         self.status.set_workers(self.group.infos, "running")
         try:
             shards = self.data.start_attempt(self.world_size, self.progress.message)
-            ckpt_args = self.ckpts.worker_args(self.use_emergency)
-            self.group.run(self.fn_ref, self.config, self.run_dir, ckpt_args, shards)
+            plan = self.ckpts.plan(self.use_emergency)
+            self.group.run(self.fn_ref, self.config, self.run_dir, plan, shards)
         except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)
         except WorkerSetupError as exc:
@@ -238,6 +287,12 @@ class Controller:
                     self.progress.message(late)
         if self.data.error is not None:
             return self._fail(self.data.error)  # the same data splits the same way again
+        if self.writer.outage_s() > self.settings.storage_outage_s:
+            return self._fail(StorageUnavailableError(
+                f"the run directory {self.run_dir} has not been writable for "
+                f"{self.writer.outage_s():.0f} s ({self.writer.last_error}); the run stops "
+                f"past RAYTF_STORAGE_OUTAGE_S = {self.settings.storage_outage_s:g} s"
+            ))  # fmt: skip
         if errors:
             root = root_cause(self.group, errors, self.settings.collateral_grace_s)
             if self.use_emergency:  # commit the survivors' state at their last common step
@@ -282,58 +337,6 @@ class Controller:
             return Next(State.SCHEDULING)
         self.error = reason.cause
         return Next(State.ERRORED)
-
-    # -- what the workers said ------------------------------------------------
-    def _take(self, poll: WorkerPoll, now: float) -> Restart | None:
-        """Route one poll's contents to the policies; a restart a commit calls for."""
-        self._take_reports(poll, now)
-        self.events.emit("on_poll", self.attempt, poll)  # the run's record (raytf.observe)
-        if poll.step is not None:
-            self._take_step(poll.rank, poll.step, now)
-        for note in poll.compat_notes:  # the same on every rank and attempt
-            self.progress.notice(note)
-        if poll.startup and self.group is not None:  # once per rank and attempt
-            self.status.startup = self.group.timeline.summary()
-        restart = None
-        for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
-            restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
-        if poll.notice:
-            self._execute(self.resizer.on_notice(poll.notice))
-        self.data.on_poll(poll.rank, poll.shard_epochs, poll.positions)
-        # Last: a session that asked for a checkpoint finds it committed when the answer comes.
-        if self.listeners.on_reply is not None:
-            for reply in poll.replies:
-                self.listeners.on_reply(reply)
-        return restart
-
-    def _take_reports(self, poll: WorkerPoll, now: float) -> None:
-        for metrics in self.outputs.add_reports(poll.reports):
-            self.ckpts.note_report(metrics)
-            self.events.emit("on_report", metrics)
-            if self.listeners.on_report is not None:
-                self.listeners.on_report(metrics)
-        if poll.reports:
-            self.progress.on_reports(poll.reports)
-            self.watchdog.on_activity(now)
-        if poll.waiting or poll.beats != self._beats.get(poll.rank):
-            # A session between commands is idle, an evaluation busy: neither is hung.
-            self._beats[poll.rank] = poll.beats
-            self.watchdog.on_activity(now)
-
-    def _take_step(self, rank: int, step: int, now: float) -> None:
-        self.status.workers[rank]["last_step"] = step
-        if rank != 0 or step == self.watchdog.last_step:
-            return
-        self.status.last_step = step
-        took = self.watchdog.on_step(step, now)
-        if took is not None:
-            self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
-            self.status.resumed_at.append(time.time())
-            self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
-        if self.use_standbys and not self._standbys_asked:
-            # Spares start importing TF now that training runs, not during start-up.
-            self._standbys_asked = True
-            self.pool.add_standbys()
 
     def _execute(self, decision: ResizeDecision) -> Restart | None:
         """Carry out what the resize policy decided; the restart it calls for, if any."""
@@ -385,7 +388,7 @@ class Controller:
             attempt=self.attempt,
             preemptions=self.preemptions,
             workers_ended=state.is_terminal or state is State.RESTARTING,
-            storage=self.storage,
+            write=self.writer.put,
         )
 
     def _teardown(self) -> None:

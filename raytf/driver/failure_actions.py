@@ -41,7 +41,8 @@ def emergency_checkpoint(
     if not alive:
         return None
     t0 = time.monotonic()
-    answers = group.emergency_checkpoint(alive, settings.emergency_timeout_s)
+    committed = ckpts.latest.step if ckpts.latest else None
+    answers = group.emergency_checkpoint(alive, settings.emergency_timeout_s, committed)
     ckpt, why = ckpts.commit_emergency(answers, dead, attempt=attempt)
     took = time.monotonic() - t0
     if ckpt is None:

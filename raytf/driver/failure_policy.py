@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from raytf.config import FailureConfig
 from raytf.errors import (
+    CheckpointMismatchError,
     CheckpointRestoreError,
+    CheckpointStorageError,
     DependencyError,
     WorkerDiedError,
     WorkerError,
@@ -33,11 +35,13 @@ class FailureKind(enum.Enum):
     HANG = "hang"  # no progress within the watchdog's timeout
     SETUP = "setup"  # the group could not be started
     DEPENDENCY = "dependency"  # an installed package lacks what raytf needs: a retry cannot help
-    RESTORE = "restore"  # a committed checkpoint could not be read
+    RESTORE = "restore"  # a committed checkpoint is damaged: marked bad, the one before tried
+    MISMATCH = "checkpoint_mismatch"  # the checkpoints do not fit this model: stop, touch none
+    STORAGE = "storage"  # the store failed while a checkpoint was read (after retries)
 
     @property
     def is_infrastructure(self) -> bool:
-        return self is not FailureKind.USER_ERROR
+        return self not in (FailureKind.USER_ERROR, FailureKind.MISMATCH)
 
     @property
     def counts(self) -> bool:
@@ -56,15 +60,21 @@ def classify(error: BaseException) -> FailureKind:
         return FailureKind.SETUP
     if isinstance(error, CheckpointRestoreError):
         return FailureKind.RESTORE
+    if isinstance(error, CheckpointMismatchError):
+        return FailureKind.MISMATCH
+    if isinstance(error, CheckpointStorageError):
+        return FailureKind.STORAGE
     if isinstance(error, WorkerError) and error.exc_type in COLLATERAL_ERRORS:
         return FailureKind.COLLECTIVE
     return FailureKind.USER_ERROR
 
 
 _PRIORITY = [
+    FailureKind.MISMATCH,
     FailureKind.USER_ERROR,
     FailureKind.DEPENDENCY,
     FailureKind.RESTORE,
+    FailureKind.STORAGE,
     FailureKind.WORKER_DIED,
     FailureKind.HANG,
     FailureKind.SETUP,
@@ -104,8 +114,8 @@ class FailurePolicy:
             return Decision.RETRY
         if failure.kind is FailureKind.USER_ERROR and not self.config.retry_user_errors:
             return Decision.RAISE
-        if failure.kind is FailureKind.DEPENDENCY:
-            return Decision.RAISE
+        if failure.kind in (FailureKind.DEPENDENCY, FailureKind.MISMATCH):
+            return Decision.RAISE  # every attempt would meet the same install, the same model
         if self.config.max_failures == -1 or failures_so_far <= self.config.max_failures:
             return Decision.RETRY
         return Decision.RAISE

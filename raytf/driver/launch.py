@@ -24,6 +24,7 @@ from raytf.data.feed import DataFeed
 from raytf.driver.controller import Controller
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
+from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.errors import ConfigError
 from raytf.group.cluster import ensure_ray, unshared_nodes
 from raytf.group.feasibility import check_cluster, check_data_room
@@ -90,6 +91,7 @@ def make_controller(
     data = DataFeed(spec.datasets, spec.scaling.global_batch_size)
     data.check(spec.scaling.max_workers, progress.message)
     data.fetch_schemas()
+    writer = hold_run_dir(run_config, settings, progress.message)  # last: nothing fails after
     return Controller(
         ray.put(spec.fn),
         spec.config,
@@ -101,4 +103,5 @@ def make_controller(
         placement_group=placement_group,
         pool_cls=functools.partial(pool_cls, env=run_config.logging_config.worker_env()),
         settings=settings,
+        writer=writer,
     )

@@ -44,7 +44,8 @@ def build_result(ctrl: Controller, state: str) -> Result:
         )
         return result
     if state == "STOPPED":
-        ctrl.progress.finish(f"stopped on request after {elapsed:.1f} s")
+        why = ctrl.stopper.name or "request"  # a signal to the driver, or Tune's scheduler
+        ctrl.progress.finish(f"stopped on {why} after {elapsed:.1f} s")
         return result
     err = ctrl.error
     ctrl.progress.finish(f"failed after {elapsed:.1f} s: {err}")

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from raytf.errors import WorkerDiedError
 from raytf.group.elastic import WorldSize
 from raytf.group.timeline import Timeline
-from raytf.messages import Command, WorkerInfo, WorkerPoll
+from raytf.messages import CheckpointPlan, Command, WorkerInfo, WorkerPoll
 
 
 class Pool(Protocol):
@@ -46,7 +46,12 @@ class Group(Protocol):
     def setup(self, timeout_s: float) -> int: ...
 
     def run(
-        self, fn_ref: Any, config: dict, run_dir: str, ckpt: dict, shards: list | None = None
+        self,
+        fn_ref: Any,
+        config: dict,
+        run_dir: str,
+        ckpt: CheckpointPlan,
+        shards: list | None = None,
     ) -> None: ...
 
     def poll(self, wait_s: float) -> list[WorkerPoll | WorkerDiedError | None]: ...
@@ -55,7 +60,9 @@ class Group(Protocol):
 
     def request_checkpoint(self, reason: str) -> None: ...
 
-    def emergency_checkpoint(self, ranks: list[int], timeout_s: float) -> dict[int, object]: ...
+    def emergency_checkpoint(
+        self, ranks: list[int], timeout_s: float, committed: int | None = None
+    ) -> dict[int, object]: ...
 
     def send_command(self, command: Command) -> None: ...
 

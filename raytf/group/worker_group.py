@@ -30,7 +30,7 @@ from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool
 from raytf.group.tf_config import tf_config_json
 from raytf.group.timeline import Timeline
-from raytf.messages import Command, WorkerInfo, WorkerPoll
+from raytf.messages import CheckpointPlan, Command, WorkerInfo, WorkerPoll
 from raytf.worker.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
@@ -120,7 +120,7 @@ class WorkerGroup:
 
     # -- running ------------------------------------------------------------
     def run(
-        self, fn_ref, config: dict, run_dir: str, ckpt: dict, shards: list | None = None
+        self, fn_ref, config: dict, run_dir: str, ckpt: CheckpointPlan, shards: list | None = None
     ) -> None:
         """Start the user's function on every rank; ``shards[rank]`` is its Ray Data input."""
         local_ranks = self._local_ranks()
@@ -210,10 +210,14 @@ class WorkerGroup:
         if self.actors:
             self.actors[0].request_checkpoint.remote(reason)
 
-    def emergency_checkpoint(self, ranks: list[int], timeout_s: float) -> dict[int, object]:
-        """Each surviving rank's emergency part (a CheckpointPart) or why it has none."""
+    def emergency_checkpoint(
+        self, ranks: list[int], timeout_s: float, committed: int | None = None
+    ) -> dict[int, object]:
+        """Each surviving rank's emergency part (a CheckpointPart) or why it has none;
+        ``committed``: the newest committed step, which no survivor may write into."""
         writer = min(ranks)  # one survivor writes the TF files: every copy is the same
-        refs = {r: self.actors[r].emergency_checkpoint.remote(r == writer) for r in ranks}
+        actors = {r: self.actors[r] for r in ranks}
+        refs = {r: a.emergency_checkpoint.remote(r == writer, committed) for r, a in actors.items()}
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
         out: dict[int, object] = {}
         for rank, ref in refs.items():

@@ -27,6 +27,7 @@ class AppendFile:
         self.storage, self.parts = storage, parts
         self._uploaded = 0.0
         self._dirty = False
+        self._full = False  # the last local flush failed (said once)
         if storage.local:
             storage.makedirs(*parts[:-1])
             self._path = storage.path(*parts)
@@ -50,11 +51,24 @@ class AppendFile:
             logger.warning("could not read %s (%s): writing %s", name, exc, self.parts[-1])
 
     def write(self, text: str) -> None:
-        self._file.write(text)
+        try:
+            self._file.write(text)
+        except OSError as exc:  # the buffer could not be flushed (a full disk): lines lost
+            if not self._full:
+                logger.warning("could not write %s (%s); trying again", "/".join(self.parts), exc)
+            self._full = True
+            return
         self._dirty = True
 
     def flush(self, force: bool = False) -> None:
-        self._file.flush()
+        try:
+            self._file.flush()  # a full disk: the lines wait in the buffer for the next flush
+        except OSError as exc:
+            if not self._full:
+                logger.warning("could not write %s (%s); trying again", "/".join(self.parts), exc)
+            self._full = True
+            return
+        self._full = False
         if self.storage.local or not self._dirty:
             return
         if force or time.monotonic() - self._uploaded >= UPLOAD_EVERY_S:

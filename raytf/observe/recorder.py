@@ -4,7 +4,9 @@ Fed by the controller through the callbacks' queue: every poll's reports
 (every rank's, where the driver's history keeps rank 0's) and output lines,
 and the run's commits, failures, restarts and end. Rank 0's reports go on to
 TensorBoard and to Ray's metrics. A record keeper that fails (a full disk, a
-bucket gone) costs its record, never the run: the callbacks' thread logs it.
+bucket gone) costs its record, never the run: the callbacks' thread logs it,
+and the keeper is tried again ``RETRY_KEEPER_S`` later (a disk that filled for
+ten seconds must not end TensorBoard's record for the rest of the run).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 
+RETRY_KEEPER_S = 15.0
+
 
 class RunRecorder:
     """A driver callback: the controller emits to it as to the user's, and ``on_poll``
@@ -36,7 +40,7 @@ class RunRecorder:
         self._total: int | None = None
         self.tensorboard = TensorBoardWriter(storage)
         self.metrics = RayMetrics(run_name)
-        self._broken: set[str] = set()
+        self._paused_until: dict[str, float] = {}  # keeper -> when to try it again
 
     def _write(self, record_type: str, at: float | None = None, **fields: Any) -> None:
         doc = {"type": record_type, "time": round(at or time.time(), 3), **fields}
@@ -61,15 +65,24 @@ class RunRecorder:
         self.events.flush()
 
     def _feed(self, keeper: str, call) -> None:
-        """One keeper failing (a broken tensorboardX, Ray's metrics) costs its own record
-        only, once said, never the event log's or the rank logs'."""
-        if keeper in self._broken:
-            return
+        """One keeper failing (a full disk under TensorBoard's files, Ray's metrics) costs
+        its own record only, never the event log's or the rank logs'; it is said, paused
+        and tried again later (TensorBoard with a new event file)."""
+        paused = self._paused_until.get(keeper)
+        if paused is not None:
+            if time.monotonic() < paused:
+                return
+            del self._paused_until[keeper]
+            logger.warning("raytf's %s record: trying again", keeper)
         try:
             call()
-        except Exception:  # noqa: BLE001 - said once, then that keeper is left alone
-            self._broken.add(keeper)
-            logger.exception("raytf's %s record stops here", keeper)
+        except Exception:  # noqa: BLE001 - said, then that keeper rests a while
+            self._paused_until[keeper] = time.monotonic() + RETRY_KEEPER_S
+            logger.exception(
+                "raytf's %s record failed; trying again in %g s", keeper, RETRY_KEEPER_S
+            )
+            if keeper == "tensorboard":
+                self.tensorboard.reset()
 
     def _rank_log(self, rank: int, attempt: int, lines: list[str]) -> None:
         log = self.logs.get(rank)

@@ -57,6 +57,16 @@ class TensorBoardWriter:
         self.storage.upload_tree(self._dir, TENSORBOARD_DIR)
         self._uploaded = time.monotonic()
 
+    def reset(self) -> None:
+        """After a failed write: drop the writer (its file may hold a torn record); the
+        next report opens a new event file beside it, which TensorBoard reads as well."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - the same failure again: nothing to keep
+                pass
+
     def close(self) -> None:
         if self._writer is None:
             return

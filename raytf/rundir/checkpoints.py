@@ -12,6 +12,7 @@ or counted by ``num_to_keep``.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -51,18 +52,39 @@ def list_step_dirs(storage: Storage) -> list[int]:
     return sorted(s for s in steps if s is not None)
 
 
+def safe_name(name: object) -> bool:
+    """A manifest's file name that stays inside its step directory: restores turn these
+    names into local paths, so never an absolute path, a separator or ``..``."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and not name.startswith("~")
+    )
+
+
 def verify(storage: Storage, step: int) -> dict | None:
-    """The manifest of an intact committed checkpoint, or None (uncommitted or damaged)."""
+    """The manifest of an intact committed checkpoint, or None (uncommitted or damaged).
+
+    A file missing or of another size, or a manifest that does not parse, is damage;
+    any other error (a store that fails) is raised: a transient error must never make
+    a restart fall back and then write over the newer checkpoints' steps."""
     d = step_dirname(step)
     if not storage.exists(CKPT_DIR, d, MANIFEST):
         return None
     try:
         manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
+        unsafe = [n for n in manifest["files"] if not safe_name(n)]
+        if unsafe:
+            logger.warning("checkpoint at step %d names files outside it (%s); skipping it",
+                           step, unsafe[:3])  # fmt: skip
+            return None
         for name, size in manifest["files"].items():
             if not storage.exists(CKPT_DIR, d, name) or storage.size(CKPT_DIR, d, name) != size:
                 logger.warning("checkpoint at step %d is damaged (%s); skipping it", step, name)
                 return None
-    except (OSError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
         logger.warning("checkpoint at step %d is unreadable (%s); skipping it", step, exc)
         return None
     if manifest.get("bad"):
@@ -117,6 +139,9 @@ def commit(
         "missing_ranks": list(missing),
         "host_copies": sorted(p.copy_id for p in parts if p.copy_id),
     }
+    structure = next((p.structure for p in parts if p.structure), None)
+    if structure:  # what a restore compares its model with (raytf.worker.structure)
+        manifest["structure"] = structure
     d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
     return CommittedCheckpoint(step, storage.url(CKPT_DIR, d), manifest)
@@ -131,13 +156,14 @@ def mark_bad(storage: Storage, step: int, why: str) -> None:
 
 
 def ranked(steps: list[int], scores: dict[int, float | None], order: str) -> list[int]:
-    """``steps`` best first by score (``order`` "max" or "min"); those without a score last,
-    newest first among equals."""
+    """``steps`` best first by score (``order`` "max" or "min"); those without a finite
+    score last, newest first among equals."""
     sign = -1.0 if order == "max" else 1.0
 
     def key(step: int) -> tuple:
         score = scores.get(step)
-        return (score is None, 0.0 if score is None else sign * score, -step)
+        unranked = score is None or not math.isfinite(score)  # NaN would break the order
+        return (unranked, 0.0 if unranked else sign * score, -step)
 
     return sorted(steps, key=key)
 
@@ -162,15 +188,23 @@ def prune(
     num_to_keep: int | None,
     scores: dict[int, float | None] | None = None,
     order: str = "max",
+    bad: set[int] = frozenset(),
 ) -> list[int]:
     """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
 
+    Only intact checkpoints count: ``bad`` ones (marked after a failed restore)
+    never take a place, so a fallback cannot make retention delete the fresh
+    commits that followed it; a bad one goes once it is older than every kept one.
     A directory without a manifest older than the newest commit is the remains
     of a save interrupted by a failure; one newer may still be being written.
     """
     done = committed(storage)
+    good = [s for s in done if s not in bad]
+    drop = to_drop(good, num_to_keep, scores, order)
+    kept = [s for s in good if s not in drop]
+    drop += [s for s in done if s in bad and kept and s < kept[0]]
     removed = []
-    for step in to_drop(done, num_to_keep, scores, order):
+    for step in drop:
         storage.remove(CKPT_DIR, step_dirname(step))
         removed.append(step)
     newest = done[-1] if done else -1
@@ -178,4 +212,16 @@ def prune(
         if step < newest and step not in done:
             storage.remove(CKPT_DIR, step_dirname(step))
             removed.append(step)
-    return removed
+    return sorted(removed)
+
+
+def marked_bad(storage: Storage, steps: list[int]) -> set[int]:
+    """Which of these committed checkpoints a driver marked bad (read from their manifests)."""
+    out = set()
+    for step in steps:
+        try:
+            if storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST).get("bad"):
+                out.add(step)
+        except (OSError, ValueError):
+            continue
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,20 +83,24 @@ class RunState:
         ]
 
     def record(
-        self, state: str, *, attempt: int, preemptions: int, workers_ended: bool, storage: Storage
+        self,
+        state: str,
+        *,
+        attempt: int,
+        preemptions: int,
+        workers_ended: bool,
+        write: Callable[[dict], None],
     ) -> None:
-        """The driver's state after each step of its loop: written every time, except while
-        running, then at most once a second (the loop turns every 0.2 s)."""
+        """The driver's state after each step of its loop, handed to ``write`` (the
+        driver's ``StateWriter.put``) every time, except while running, then at most
+        once a second (the loop turns every 0.2 s)."""
         self.state, self.attempt, self.preemptions = state, attempt, preemptions
         if workers_ended:
             for worker in self.workers:
                 worker["state"] = "finished" if state == "FINISHED" else "stopped"
         if state != "RUNNING" or time.time() - self.updated >= 1.0:
-            self.save(storage)
-
-    def save(self, storage: Storage) -> None:
-        self.updated = time.time()
-        storage.write_json_atomic(asdict(self), STATE_FILE)
+            self.updated = time.time()
+            write(asdict(self))
 
 
 def load_previous(storage: Storage) -> dict[str, Any]:

@@ -156,6 +156,17 @@ class Storage:
             return
         self.fs.rm(self.path(*parts), recursive=True)
 
+    def move(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        """Move a file or directory within the storage (an object store copies, then
+        deletes: slow for big checkpoints, and never partial at the destination's name
+        until the copy is done)."""
+        if self.local:
+            target = self.path(*dst)
+            os.makedirs(posixpath.dirname(target), exist_ok=True)
+            os.replace(self.path(*src), target)
+            return
+        self.fs.mv(self.path(*src), self.path(*dst), recursive=True)
+
     def upload_dir(self, local_dir: str, *parts: str, names: list[str] | None = None) -> None:
         """Copy a local directory's files (or only ``names``) under ``parts``: in parallel,
         each retried (every failed try is a warning in the worker's output)."""
@@ -163,7 +174,7 @@ class Storage:
 
         def put(name: str) -> None:
             src, dst = os.path.join(local_dir, name), self.path(*parts, name)
-            _with_retries(lambda: self.fs.put_file(src, dst), name)
+            retrying(lambda: self.fs.put_file(src, dst), f"upload of {name}")
 
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
             list(pool.map(put, names))  # re-raises the first file that never went up
@@ -190,18 +201,22 @@ class Storage:
             list(pool.map(get, names))
 
 
-def _with_retries(call, what: str, retries: int = UPLOAD_RETRIES) -> None:
-    wait = 1.0
+def retrying(call, what: str, retries: int = UPLOAD_RETRIES, first_wait: float = 1.0):
+    """``call()``, tried again with backoff on any storage error (each failed try a
+    warning) and re-raised after the last; a missing file is an answer, never retried."""
+    wait = first_wait
     for attempt in range(1, retries + 1):
         try:
-            call()
-            return
+            return call()
+        except FileNotFoundError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any storage error: try again, then give up
             if attempt == retries:
                 raise
-            logger.warning("upload of %s failed (%s), retry %d in %.0f s", what, exc, attempt, wait)
+            logger.warning("%s failed (%s), retry %d in %.0f s", what, exc, attempt, wait)
             time.sleep(wait)
             wait = min(wait * 2, 16.0)
+    return None
 
 
 def check_storage(storage_path: str, run_dir: str) -> Storage:

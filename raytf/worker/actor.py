@@ -22,13 +22,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import ray
 from ray._private import ray_constants
 
-from raytf.errors import CheckpointRestoreError, PortClashError, WorkerError
+from raytf.errors import (
+    CheckpointMismatchError,
+    CheckpointRestoreError,
+    CheckpointStorageError,
+    PortClashError,
+    WorkerError,
+)
 from raytf.messages import (
     FAILED,
     FINISHED,
     IDLE,
     RUNNING,
     CheckpointPart,
+    CheckpointPlan,
     Command,
     Reply,
     Report,
@@ -259,30 +266,37 @@ class RaytfWorker:
         return int(self._strategy.num_replicas_in_sync)
 
     def start(
-        self, fn, config: dict, run_dir: str, local_rank: int, ckpt: dict, shards: dict | None
+        self,
+        fn,
+        config: dict,
+        run_dir: str,
+        local_rank: int,
+        ckpt: CheckpointPlan,
+        shards: dict | None,
     ) -> None:
         """Start the user's loop on the TF thread and return at once.
 
-        ``ckpt`` holds the checkpoint settings: ``dir`` (relative to the run),
-        ``every_steps`` and ``restore_url`` (None for a fresh start). ``shards``
-        maps dataset names to this rank's Ray Data iterators.
+        ``ckpt`` is this attempt's checkpoint plan (``restore_url`` None for a fresh
+        start). ``shards`` maps dataset names to this rank's Ray Data iterators.
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
-        self._model_out = dict(ckpt.get("model_out") or {})
+        self._model_out = {"saved_model": ckpt.saved_model}
+        snapshots = self._compat.ok(compat.SNAPSHOT)
         self._checkpointer = WorkerCheckpointer(
             storage=Storage(run_dir),
-            ckpt_dir=ckpt["dir"],
+            ckpt_dir=ckpt.dir,
             rank=self.rank,
             world_size=self.world_size,
             strategy=self._strategy,
-            every_steps=ckpt.get("every_steps"),
-            restore_url=ckpt.get("restore_url"),
+            every_steps=ckpt.every_steps,
+            restore_url=ckpt.restore_url,
             on_part=self._buffer.put,
-            async_save=bool(ckpt.get("async_save")) and self._compat.ok(compat.SNAPSHOT),
-            keep_last_step=bool(ckpt.get("keep_last_step")) and self._compat.ok(compat.SNAPSHOT),
+            async_save=ckpt.async_save and snapshots,
+            keep_last_step=ckpt.keep_last_step and snapshots,
             host_copy=HostCopy(run_dir, Settings.from_env().host_copy_dir or None),
             node_leader=local_rank == 0,
+            refuse_nonfinite=ckpt.refuse_nonfinite,
         )
         self._start_watchers(self._checkpointer)
         context = TrainContext(
@@ -308,8 +322,8 @@ class RaytfWorker:
                 self._checkpointer.host_copy.drop()  # no restart will read it
                 self._save_model()
             return FINISHED, result
-        except CheckpointRestoreError as exc:
-            return FAILED, exc  # the driver falls back to an older checkpoint
+        except (CheckpointRestoreError, CheckpointMismatchError, CheckpointStorageError) as exc:
+            return FAILED, exc  # the driver tells damage, another model and storage apart
         except BaseException as exc:  # noqa: BLE001 - the driver decides what a failure means
             tb = traceback.format_exc()
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
@@ -332,11 +346,11 @@ class RaytfWorker:
         if self._checkpointer is not None:
             self._checkpointer.request(reason)
 
-    def emergency_checkpoint(self, write_tf: bool) -> CheckpointPart | str:
-        """A peer died: this rank's state at its last completed step, or why not
-        (``raytf.worker.emergency``). Runs beside the TF thread, which is blocked."""
+    def emergency_checkpoint(self, write_tf: bool, committed: int | None = None):
+        """A peer died: this rank's state at its last completed step (a CheckpointPart),
+        or why not (``raytf.worker.emergency``). Runs beside the blocked TF thread."""
         try:
-            return emergency_part(self._checkpointer, write_tf)
+            return emergency_part(self._checkpointer, write_tf, committed)
         except Exception as exc:  # noqa: BLE001 - the driver falls back to the last commit
             return f"{type(exc).__name__}: {exc}"
 

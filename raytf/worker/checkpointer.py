@@ -30,14 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from raytf.errors import CheckpointRestoreError
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
-from raytf.rundir.storage import Storage
-from raytf.worker import model_out, snapshot
-from raytf.worker.emergency import LastStep, state_file_for
+from raytf.rundir.storage import Storage, retrying
+from raytf.worker import model_out, snapshot, structure
+from raytf.worker.emergency import LastStep
 from raytf.worker.host_copy import HostCopy
-from raytf.worker.restore import build_optimizers, locate, rng_state, set_rng_state
+from raytf.worker.restore import build_optimizers, read_committed, rng_state, set_rng_state
 from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
@@ -76,6 +75,7 @@ class WorkerCheckpointer:
         keep_last_step: bool = False,
         host_copy: HostCopy | None = None,
         node_leader: bool = False,
+        refuse_nonfinite: bool = False,
     ):
         self.storage = storage
         self.ckpt_dir = ckpt_dir
@@ -96,6 +96,8 @@ class WorkerCheckpointer:
         self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
         self.model = None  # the loop's Keras model, once it names one
+        self.structure: dict = {}  # what its models hold, by shape (raytf.worker.structure)
+        self.refuse_nonfinite = refuse_nonfinite  # check the weights at every save
         self._step_var = None
         self._writer: CheckpointWriter | None = None
         self._lock = threading.Lock()
@@ -129,34 +131,39 @@ class WorkerCheckpointer:
         self._writer = CheckpointWriter(self.ckpt, trackables)
         self._last_step = 0
         self.model = model_out.keras_model(trackables)
+        self.structure = structure.describe(trackables)
+        step = 0 if self.restore_url is None else self._restore(trackables)
+        self._last_step = step
         if self.model is not None and self.rank == 0:
-            model_out.write_architecture(self.storage, self.model)  # export needs it
-        if self.restore_url is None:
-            return 0
+            # After the restore: a model that does not fit the run's checkpoints must not
+            # replace the architecture they are exported with.
+            self._write_architecture()
+        return step
+
+    def _write_architecture(self) -> None:
+        try:
+            retrying(lambda: model_out.write_architecture(self.storage, self.model), "model file")
+        except Exception as exc:  # noqa: BLE001 - training goes on; only export needs it
+            print(
+                f"[raytf] rank 0: the model's architecture was not written ({exc}); "
+                "exporting a checkpoint on the driver needs it (the next start writes it)",
+                flush=True,
+            )
+
+    def _restore(self, trackables: dict) -> int:
+        """Read the committed checkpoint at ``restore_url`` (``raytf.worker.restore``)."""
         t0 = time.monotonic()
         build_optimizers(trackables, self.strategy)
-        # Storage errors are raised as they are: the checkpoint is not to blame.
-        tf_dir, local_dir, scratch, self.restored_from = locate(
-            self.storage, self.host_copy, self.restore_url
+        self.restored_from = read_committed(
+            self.restore_url,
+            storage=self.storage,
+            host_copy=self.host_copy,
+            ckpt=self.ckpt,
+            rank=self.rank,
+            structure=self.structure,
+            apply_state=self._apply_state,
         )
-        try:
-            try:
-                self._read(tf_dir, local_dir)
-            except Exception as exc:  # noqa: BLE001 - a damaged host copy: storage has the files
-                if self.restored_from != "host memory":
-                    raise
-                logger.warning("rank %d: host copy %s unusable (%s)", self.rank, tf_dir, exc)
-                shutil.rmtree(tf_dir, ignore_errors=True)
-                Storage(self.restore_url).download_dir(scratch)
-                self.restored_from = "storage (the host copy was damaged)"
-                self._read(scratch, scratch)
-        except Exception as exc:  # noqa: BLE001 - any failure means this checkpoint is unusable
-            raise CheckpointRestoreError(self.restore_url, f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
         step = int(self._step_var.numpy())
-        self._last_step = step
         took = time.monotonic() - t0
         # Printed, not logged: it is how a user (and the tests) see where a restart read from.
         print(
@@ -166,11 +173,8 @@ class WorkerCheckpointer:
         )
         return step
 
-    def _read(self, tf_dir: str, state_dir: str) -> None:
-        self.ckpt.read(os.path.join(tf_dir, TF_PREFIX)).assert_existing_objects_matched()
-        name = state_file_for(self.rank, os.listdir(state_dir))
-        with open(os.path.join(state_dir, name)) as f:
-            doc = json.load(f)
+    def _apply_state(self, name: str, doc: dict) -> None:
+        """This rank's state file (``name``: its own, or another rank's)."""
         if name == f"state_rank{self.rank}.json":
             set_rng_state(doc)
         # Else a rank new since a resize, or one that died before an emergency
@@ -269,6 +273,7 @@ class WorkerCheckpointer:
         t0 = time.monotonic()
         self._step_var.assign(step)
         state = self._state_bytes()
+        finite = self._finite() if self.rank == 0 and self.refuse_nonfinite else None
         if not self.async_save:
             if self.rank == 0:
                 write = self._writer.write
@@ -279,7 +284,7 @@ class WorkerCheckpointer:
                 self._writer.write(os.path.join(scratch, TF_PREFIX))
                 shutil.rmtree(scratch, ignore_errors=True)
                 write = None
-            self._persist(step, reason, write, state, t0, None)
+            self._persist(step, reason, write, state, t0, None, finite)
             return
         waited = self.flush()
         if waited > 0.05:
@@ -296,7 +301,7 @@ class WorkerCheckpointer:
         write = (lambda prefix: snapshot.write(snap, prefix)) if writes else None
         self._inflight = threading.Thread(
             target=self._persist,
-            args=(step, reason, write, state, t0, stall),
+            args=(step, reason, write, state, t0, stall, finite),
             daemon=True,
             name="raytf-persist",
         )
@@ -312,12 +317,25 @@ class WorkerCheckpointer:
             self._inflight = None
         return time.monotonic() - t0
 
+    def _finite(self) -> bool:
+        """Are the model's trainable weights all finite? One reduction, one host read: the
+        driver refuses to commit a checkpoint of NaN or Inf weights. Trainable weights
+        only: they are mirrored, so reading them runs no collective."""
+        import tensorflow as tf
+
+        if self.model is None:
+            return True
+        weights = self.model.trainable_weights
+        floats = [w.value for w in weights if tf.as_dtype(w.dtype).is_floating]
+        floats = [tf.reduce_all(tf.math.is_finite(v)) for v in floats]
+        return bool(tf.reduce_all(floats)) if floats else True
+
     def _state_bytes(self) -> bytes:
         doc = rng_state()
         doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
         return json.dumps(doc).encode()
 
-    def _persist(self, step, reason, write, state: bytes, t0: float, stall) -> None:
+    def _persist(self, step, reason, write, state: bytes, t0: float, stall, finite=None) -> None:
         """Write the TF files (chief) and this rank's state, upload, report the part.
 
         A part that could not be stored is never reported, so never committed: the
@@ -350,11 +368,12 @@ class WorkerCheckpointer:
                 self.storage.upload_dir(staging, self.ckpt_dir, dirname, names=sorted(files))
                 if in_copy:
                     copy_id = self.host_copy.keep(staging, dirname)
-        except Exception:  # noqa: BLE001 - the checkpoint is lost, training is not
-            logger.exception("rank %d: checkpoint at step %d could not be stored", self.rank, step)
+        except Exception as exc:  # noqa: BLE001 - the checkpoint is lost, training is not
+            # One line (a full disk fails every save until it has room: no traceback each).
+            cause = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
             print(
-                f"[raytf] rank {self.rank}: checkpoint at step {step} could not be stored; "
-                "the previous committed checkpoint stays the latest",
+                f"[raytf] rank {self.rank}: checkpoint at step {step} could not be stored "
+                f"({cause}); the previous committed checkpoint stays the latest",
                 flush=True,
             )
             return
@@ -364,8 +383,9 @@ class WorkerCheckpointer:
         took = time.monotonic() - t0
         stall = took if stall is None else stall
         self.stored = CheckpointPart(
-            self.rank, step, files, stall, reason, persist_seconds=took, copy_id=copy_id
-        )
+            self.rank, step, files, stall, reason, persist_seconds=took, copy_id=copy_id,
+            structure=self.structure if self.rank == 0 else None, finite=finite,
+        )  # fmt: skip
         self.on_part(self.stored)
         logger.info(
             "rank %d saved step %d (%s): loop stalled %.3f s, stored in %.3f s",

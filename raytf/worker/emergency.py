@@ -94,11 +94,14 @@ class LastStep:
         self.latest = (step, snap, checkpointer._state_bytes())  # one assignment: atomic
 
 
-def emergency_part(checkpointer, write_tf: bool) -> CheckpointPart | str:
-    """This rank's part of a checkpoint at its last completed step, or why not.
+def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
+    """This rank's part of a checkpoint at its last completed step (a CheckpointPart),
+    or why not.
 
     ``write_tf``: this rank writes the TF files (the lowest surviving rank: every
-    rank's copy of the state is the same).
+    rank's copy of the state is the same). ``committed``: the newest committed
+    step; a state no newer is refused before anything is written, so an emergency
+    checkpoint never writes into a committed checkpoint's directory.
     """
     keeper = getattr(checkpointer, "last_step", None)
     if checkpointer is None or checkpointer.ckpt is None or keeper is None:
@@ -109,6 +112,8 @@ def emergency_part(checkpointer, write_tf: bool) -> CheckpointPart | str:
         return "no step completed in this attempt"
     t0 = time.monotonic()
     step, snap, state = keeper.latest
+    if committed is not None and step <= committed:
+        return f"step {step} is not newer than the committed step {committed}"
     checkpointer.flush()  # an interval save still being stored goes first
     digest = _digest(snap)
     stored = checkpointer.stored

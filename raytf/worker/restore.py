@@ -1,17 +1,35 @@
 """Reading a committed checkpoint back into a fresh process: where its files are,
-the per-rank RNG state, and the optimizer slots that must exist before a restore."""
+the per-rank RNG state, the optimizer slots that must exist before a restore, and
+what a failed read means.
+
+Three failures are told apart, since only one of them is the checkpoint's
+fault: a storage error (retried with backoff, then ``CheckpointStorageError``,
+an infrastructure failure), a model the checkpoint does not fit
+(``CheckpointMismatchError``: the run stops and no checkpoint is touched) and
+damage (``CheckpointRestoreError``: the driver marks it bad and falls back).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
+import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from raytf.rundir.checkpoints import MANIFEST
-from raytf.rundir.storage import Storage
+from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, CheckpointStorageError
+from raytf.rundir.checkpoints import MANIFEST, TF_PREFIX, parse_step_dirname
+from raytf.rundir.storage import Storage, retrying
+from raytf.worker import structure as structures
+from raytf.worker.emergency import state_file_for
 from raytf.worker.host_copy import HostCopy, is_tf_file
+
+logger = logging.getLogger("raytf")
 
 
 def rng_state() -> dict:
@@ -46,21 +64,97 @@ def build_optimizers(trackables: dict, strategy) -> None:
                 t.build(variables)
 
 
-def locate(storage: Storage, host_copy: HostCopy, url: str) -> tuple[str, str, str | None, str]:
-    """Where to read a committed checkpoint from: (the TF files' directory, the state
-    files' directory, a scratch directory to delete afterwards, where they came from).
+@dataclass
+class Located:
+    """Where a committed checkpoint's files are read from."""
+
+    tf_dir: str  # the TF files
+    state_dir: str  # the per-rank state files
+    scratch: str | None  # a download directory to delete afterwards
+    source: str  # "storage" or "host memory"
+    manifest: dict
+
+
+def locate(storage: Storage, host_copy: HostCopy, url: str) -> Located:
+    """Where to read a committed checkpoint from, and its manifest.
 
     Local storage: the run directory itself. Object storage: the TF files from this
     node's host copy when the manifest names it, else everything downloaded.
     """
-    if storage.local:
-        return url, url, None, "storage"
-    scratch = tempfile.mkdtemp(prefix="raytf-restore-")
     src = Storage(url)
     manifest = src.read_json(MANIFEST)
-    host = host_copy.find(os.path.basename(url.rstrip("/")), manifest)
-    if host is None:
-        src.download_dir(scratch)
-        return scratch, scratch, scratch, "storage"
-    src.download_dir(scratch, names=[n for n in manifest["files"] if not is_tf_file(n)])
-    return host, scratch, scratch, "host memory"
+    if storage.local:
+        return Located(url, url, None, "storage", manifest)
+    scratch = tempfile.mkdtemp(prefix="raytf-restore-")
+    try:
+        host = host_copy.find(os.path.basename(url.rstrip("/")), manifest)
+        if host is None:
+            src.download_dir(scratch)
+            return Located(scratch, scratch, scratch, "storage", manifest)
+        src.download_dir(scratch, names=[n for n in manifest["files"] if not is_tf_file(n)])
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # a retry makes its own
+        raise
+    return Located(host, scratch, scratch, "host memory", manifest)
+
+
+def read_committed(
+    url: str,
+    *,
+    storage: Storage,
+    host_copy: HostCopy,
+    ckpt,
+    rank: int,
+    structure: dict,
+    apply_state: Callable[[str, dict], None],
+) -> str:
+    """Restore ``ckpt`` (a ``tf.train.Checkpoint``) from the committed checkpoint at
+    ``url`` and hand this rank's state file to ``apply_state``; where it was read from."""
+    try:
+        where = retrying(lambda: locate(storage, host_copy, url), f"reading {url}")
+    except (FileNotFoundError, ValueError, KeyError) as exc:  # gone files, a bad manifest
+        raise CheckpointRestoreError(url, f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the store, not the checkpoint
+        raise CheckpointStorageError(url, f"{type(exc).__name__}: {exc}") from exc
+
+    def mismatch(diff: list[str]) -> CheckpointMismatchError:
+        step = parse_step_dirname(os.path.basename(url.rstrip("/")))
+        return CheckpointMismatchError(storage.url(), step, diff)
+
+    def read(tf_dir: str, state_dir: str) -> None:
+        ckpt.read(os.path.join(tf_dir, TF_PREFIX)).assert_existing_objects_matched()
+        name = state_file_for(rank, os.listdir(state_dir))
+        with open(os.path.join(state_dir, name)) as f:
+            apply_state(name, json.load(f))
+
+    source = where.source
+    try:
+        saved = where.manifest.get("structure")
+        diff = structures.differences(saved, structure) if saved else []
+        if diff:
+            raise mismatch(diff)
+        try:
+            read(where.tf_dir, where.state_dir)
+        except Exception as exc:  # noqa: BLE001 - a damaged host copy: storage has the files
+            if structures.tf_mismatch(exc) or source != "host memory":
+                raise
+            logger.warning("rank %d: host copy %s unusable (%s)", rank, where.tf_dir, exc)
+            shutil.rmtree(where.tf_dir, ignore_errors=True)
+            try:
+                retrying(lambda: Storage(url).download_dir(where.scratch), f"reading {url}")
+            except FileNotFoundError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the store, not the checkpoint
+                raise CheckpointStorageError(url, f"{type(err).__name__}: {err}") from err
+            source = "storage (the host copy was damaged)"
+            read(where.scratch, where.scratch)
+    except (CheckpointMismatchError, CheckpointStorageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - TF's refusal, or damage
+        if structures.tf_mismatch(exc):
+            raise mismatch([f"TensorFlow: {exc}"]) from exc
+        raise CheckpointRestoreError(url, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        if where.scratch:
+            shutil.rmtree(where.scratch, ignore_errors=True)
+    return source

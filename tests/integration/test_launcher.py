@@ -81,10 +81,6 @@ def test_ray_up_submit_exec_down_on_prem(capsys):
     assert all(w["gpu_ids"] for w in state["workers"]), state["workers"]  # the fake GPUs
     assert state["checkpoints"][-1] == 40, state["checkpoints"]
 
-    assert out["direct"]["rc"] == 0, lines("direct")
-    direct = json.loads([ln for ln in out["direct"]["lines"] if ln.startswith("{")][-1])
-    assert direct["weights_digest"] == summary["weights_digest"]
-
     assert out["down"]["rc"] == 0, lines("down")
     # What `ray down` leaves: the workers' Ray (the local provider stops the head's only).
     assert all("127.0.0.10" not in p for p in out["ray_processes_after_down"])

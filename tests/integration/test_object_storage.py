@@ -1,6 +1,7 @@
 """Runs on object storage: a real S3-compatible endpoint on loopback (moto's server, the
 ``s3`` fixture) reached through s3fs, as a user reaches S3. Faults from outside: a
-worker SIGKILLed, the driver SIGKILLed and rerun, the endpoint stopped mid-run."""
+worker SIGKILLed, the driver SIGKILLed and rerun, the endpoint erroring, resetting,
+stalling and slow mid-run (``fault_proxy``)."""
 
 import os
 import re
@@ -13,6 +14,7 @@ import raytf
 from raytf.rundir.checkpoints import latest_intact, verify
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 
+from .fault_proxy import FaultProxy
 from .jobrun import FAULT_ARGS, JobRun
 from .test_recovery import assert_same_result
 
@@ -82,27 +84,53 @@ def _closed_port() -> int:
 
 
 @pytest.mark.slow
-def test_s3_run_resumes_after_a_sigkill_and_a_killed_driver(s3, reference, cluster_env, tmp_path):
-    """The fault tests' job on S3: a worker SIGKILLed (the restart reads the TF files
-    from the node's host copy, the rest from the bucket), then the driver SIGKILLed, the
-    host copies damaged, and the job run again (the new driver finds the run in the
-    bucket, the workers pass over the damaged copy and download); the weights end as an
-    uninterrupted local run's, and the bucket holds only committed, whole, pruned
-    checkpoints."""
+def test_storage_faults_a_sigkill_and_a_killed_driver_cost_time_not_checkpoints(
+    s3, reference, cluster_env, tmp_path
+):
+    """The fault tests' job on S3, every client reaching the bucket through a proxy the
+    test switches (``fault_proxy``):
+
+    1. 4 s each of 503 SlowDown, connection resets, a stalled endpoint and 0.3 s per
+       chunk while the job trains, uploads, commits and writes its state;
+    2. rank 1 SIGKILLed with the endpoint answering 503, so the restart's reads meet
+       it too (it reads the TF files from the node's host copy, the rest from the bucket);
+    3. the driver SIGKILLed, the host copies damaged, the job run again: the new driver
+       finds the run in the bucket, the workers pass over the damaged copy and download.
+    The weights end as an uninterrupted local run's; the bucket holds only committed,
+    whole, pruned checkpoints, none marked bad; the only failures are the kills."""
     bucket = s3.make_bucket("raytf-faults")
     url = f"s3://{bucket}/runs"
+    proxy = FaultProxy(s3.port).start()
     # Every rank's line of where it restored from: Ray would fold the second into the first.
-    env = {**cluster_env, **s3.env, "RAY_DEDUP_LOGS": "0"}
-    args = [*FAULT_ARGS, "--max-failures", "3", "--keep", "2"]
+    env = {**cluster_env, **s3.env, "FSSPEC_S3_ENDPOINT_URL": proxy.endpoint}
+    env["RAY_DEDUP_LOGS"] = "0"
+    pace = tmp_path / "pace"
+    pace.touch()
+    # No emergency checkpoint: the restart follows the kill at once, into the 503s.
+    args = [*FAULT_ARGS, "--keep", "2", "--max-failures", "3", "--no-emergency-checkpoint"]
+    args += ["--step-sleep", "0.2", "--slow-while", str(pace)]
     run = JobRun(url, "s3k", *args, env=env, logs=str(tmp_path)).start()
     try:
-        run.signal_worker(1, signal.SIGKILL, run.wait_for(step=45))
-        run.wait_for(step=110, attempt=2)
+        run.wait_for(step=25)
+        for mode in ("503", "reset", "stall", "slow"):
+            proxy.set(mode)
+            time.sleep(4)
+            proxy.set("pass")
+            time.sleep(1)
+        state = run.wait_for(step=1)
+        proxy.set("503")
+        during_fault_phases = proxy.met["503"]
+        run.signal_worker(1, signal.SIGKILL, state)
+        time.sleep(6)  # the restart's reads meet the 503s (and retry)
+        proxy.set("pass")
+        run.wait_for(step=state["last_step"] + 4, attempt=2)
         run.kill_driver()
     finally:
         run.stop()
     restored = re.findall(r"rank (\d) restored step \d+ from (.+) in", run.output())
     assert sorted(restored) == [("0", "host memory"), ("1", "host memory")], restored
+    assert proxy.met["503"] > during_fault_phases
+    assert all(proxy.met[m] > 0 for m in FaultProxy.MODES), proxy.met  # each fault met requests
     damaged = 0
     for root, _, names in os.walk(s3.host_copies):
         for name in names:
@@ -111,11 +139,13 @@ def test_s3_run_resumes_after_a_sigkill_and_a_killed_driver(s3, reference, clust
                     f.truncate(7)
                 damaged += 1
     assert damaged >= 1
+    pace.unlink()
     again = JobRun(url, "s3k", *args, env=env, logs=str(tmp_path)).start()
     try:
         rc, summary = again.finish()
     finally:
         again.stop()
+        proxy.stop()
     assert rc == 0, again.output()[-3000:]
     # The log files are the run's: the rerun's lines follow the first run's.
     restored = re.findall(r"rank (\d) restored step \d+ from (.+) in", again.output())[2:]
@@ -124,34 +154,13 @@ def test_s3_run_resumes_after_a_sigkill_and_a_killed_driver(s3, reference, clust
     assert summary["run_dir"] == f"{url}/s3k" and summary["checkpoint"].startswith("s3://")
     assert summary["attempts"] >= 3  # the rerun continued the run's attempts
     storage = Storage(f"{url}/s3k")
-    steps = committed_steps(storage)
+    steps = committed_steps(storage)  # each whole, none marked bad (verify)
     assert len(steps) == 2 and steps[-1] == 160  # pruned to --keep, the last at the end
     assert latest_intact(storage).step == 160
+    kinds = [f["kind"] for f in storage.read_json("state.json")["failures"]]
+    assert kinds == ["worker_died"], kinds  # no user error, no storage, no damage
     assert not os.path.exists(os.path.join(os.getcwd(), "s3:")), "nothing lands locally"
-
-
-@pytest.mark.slow
-def test_endpoint_stopped_mid_run_costs_time_not_checkpoints(s3, reference, cluster_env, tmp_path):
-    """SIGSTOP the storage endpoint for 8 s while the job checkpoints every 20 steps: the
-    uploads wait (and retry) until it answers again, the run finishes with the weights of
-    an uninterrupted run, and every checkpoint committed is whole."""
-    bucket = s3.make_bucket("raytf-paused")
-    url = f"s3://{bucket}/runs"
-    env = {**cluster_env, **s3.env}
-    run = JobRun(url, "pause", *FAULT_ARGS, "--keep", "20", env=env, logs=str(tmp_path)).start()
-    try:
-        run.wait_for(step=50)
-        s3.pause()
-        time.sleep(8)
-        s3.resume()
-        rc, summary = run.finish()
-    finally:
-        s3.resume()
-        run.stop()
-    assert rc == 0, run.output()[-3000:]
-    assert_same_result(summary, reference)
-    assert summary["attempts"] == 1
-    assert committed_steps(Storage(f"{url}/pause")) == list(range(20, 161, 20))
+    print(f"\nrequests met per mode: {dict(proxy.met)}")
 
 
 @pytest.mark.slow

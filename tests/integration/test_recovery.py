@@ -148,41 +148,90 @@ def test_sigterm_checkpoints_first_then_a_hung_worker_is_replaced(reference, clu
     assert "rank 0" in dumps and "rank 1" in dumps and "train_loop" in dumps
 
 
-def kill_driver_after_commit(storage, name, env, *, past: int):
-    """Start the job and SIGKILL its driver once a checkpoint after step ``past`` is
-    committed (its manifest written): a commit, not a step, so no timing is assumed."""
-    run = run_job(storage, name, env)
-    try:
-        deadline = time.monotonic() + 180
-        while not [m for m in manifests_if_any(run.run_dir) if m["step"] > past]:
-            assert time.monotonic() < deadline, run.output()[-3000:]
-            assert run.proc.poll() is None, run.output()[-3000:]
-            time.sleep(0.05)
-        run.kill_driver()
-    finally:
-        run.stop()
-    return run
+def commit_past(run: JobRun, past: int, timeout: float = 180) -> int:
+    """Wait until a checkpoint after step ``past`` is committed (its manifest written): a
+    commit, not a step, so no timing is assumed; the newest committed step."""
+    deadline = time.monotonic() + timeout
+    while True:
+        steps = [m["step"] for m in manifests_if_any(run.run_dir) if m["step"] > past]
+        if steps:
+            return max(steps)
+        assert time.monotonic() < deadline, run.output()[-3000:]
+        assert run.proc.poll() is None, run.output()[-3000:]
+        time.sleep(0.02)
 
 
 def manifests_if_any(run_dir):
     return manifests(run_dir) if os.path.isdir(os.path.join(run_dir, CKPT_DIR)) else []
 
 
-def test_killed_drivers_continue_and_damaged_checkpoints_fall_back(reference, cluster_env, storage):
-    """A driver SIGKILLed: the rerun resumes from the newest commit, and the attempt count
-    goes on. Killed again, its newest checkpoint truncated and the one before missing a
-    file: both are recognised from the manifest and the third driver resumes from the
-    third newest. Every driver runs the same job; the last ends as an uninterrupted run."""
-    first = kill_driver_after_commit(storage, "drv", cluster_env, past=40)
+def dir_bytes(path: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        with open(os.path.join(path, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def test_driver_faults_lose_nothing_committed(reference, cluster_env, storage, tmp_path):
+    """One run name, three drivers, saves synchronous, each driver meeting driver faults;
+    the last ends as an uninterrupted run.
+
+    1. A second driver of the same name is refused while the first runs (the lease names
+       the holder); then the first is SIGKILLed after a commit.
+    2. The rerun resumes from the newest commit (the attempt count goes on). Rank 0 is
+       SIGKILLed right after a commit: that committed directory is byte-identical after
+       the recovery (an emergency checkpoint never writes into a committed one). Then
+       SIGTERM to the driver, as `ray job stop` sends: it checkpoints, writes STOPPED and
+       exits 143.
+    3. That newest checkpoint truncated and the one before missing a file: both are
+       recognised from the manifest, and the third driver resumes from the third newest.
+    Steps are paced (0.15 s) while the faults come, so the run is still going for each.
+    """
+    pace = tmp_path / "pace"
+    pace.touch()
+    paced = ["--sync-save", "--keep", "20", "--max-failures", "2"]
+    paced += ["--step-sleep", "0.15", "--slow-while", str(pace)]
+
+    first = run_job(storage, "drv", cluster_env, *paced)
+    try:
+        commit_past(first, 40)
+        rival = run_job(storage, "drv", cluster_env, *paced)
+        rc, _ = rival.finish(timeout=120)
+        assert rc != 0 and "RunDirInUseError" in rival.output(), rival.output()[-3000:]
+        assert f"in use by the driver pid {first.proc.pid}" in rival.output()
+        assert first.proc.poll() is None  # the holder never noticed
+        commit_past(first, 40)
+        first.kill_driver()
+    finally:
+        first.stop()
     committed = max(m["step"] for m in manifests(first.run_dir))
 
-    second = kill_driver_after_commit(storage, "drv", cluster_env, past=committed)
-    assert f"resuming after step {committed}" in second.output()
-    steps = sorted(m["step"] for m in manifests(first.run_dir))
-    assert len(steps) >= 3 and steps[-1] > committed, steps  # 3 kept (--keep)
+    second = run_job(storage, "drv", cluster_env, *paced)
+    try:
+        state = second.wait_for(step=committed + 1, attempt=2)
+        assert "took over the run directory's lease" in second.output()
+        assert f"resuming after step {committed}" in second.output()
+        kill_at = commit_past(second, state["last_step"])
+        ckpt_dir = os.path.join(second.run_dir, CKPT_DIR, f"step_{kill_at:09d}")
+        before = dir_bytes(ckpt_dir)
+        second.signal_worker(0, signal.SIGKILL, state)  # right after that commit
+        second.wait_for(step=kill_at + 4, attempt=state["attempt"] + 1)
+        assert dir_bytes(ckpt_dir) == before
+        second.proc.send_signal(signal.SIGTERM)
+        rc = second.proc.wait(timeout=120)
+    finally:
+        second.stop()
+    out = second.output()
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
+    stopped = second.state()
+    assert stopped["state"] == "STOPPED", stopped
+    steps = sorted(m["step"] for m in manifests(second.run_dir))
+    assert f"stopped on SIGTERM: checkpoint at step {steps[-1]} committed" in out, out[-3000:]
+    assert steps[-1] > kill_at and not [m for m in manifests(second.run_dir) if m.get("bad")]
 
     def step_dir(step):
-        return os.path.join(first.run_dir, CKPT_DIR, f"step_{step:09d}")
+        return os.path.join(second.run_dir, CKPT_DIR, f"step_{step:09d}")
 
     newest = step_dir(steps[-1])
     data = next(n for n in os.listdir(newest) if n.startswith("ckpt.data"))
@@ -190,11 +239,12 @@ def test_killed_drivers_continue_and_damaged_checkpoints_fall_back(reference, cl
         f.truncate(10)
     os.unlink(os.path.join(step_dir(steps[-2]), "ckpt.index"))
 
-    third = run_job(storage, "drv", cluster_env)
+    pace.unlink()
+    third = run_job(storage, "drv", cluster_env, *paced)
     rc, summary = third.finish()
     assert rc == 0, third.output()[-3000:]
     assert f"resuming after step {steps[-3]}" in third.output()
-    assert summary["attempts"] >= 3  # the attempt count continues across drivers
+    assert summary["attempts"] >= 4  # the attempt count continues across drivers
     assert_same_result(summary, reference)
 
 

@@ -299,13 +299,10 @@ def test_a_persist_that_fails_reports_nothing_and_the_next_save_still_works(
         ck.flush()
         assert parts == []
         assert failing.listdir(CKPT_DIR) == []
-        errors = [r for r in raytf_logs.records if r.name == "raytf" and r.levelno >= logging.ERROR]
-        assert len(errors) == 1
-        assert "step 5 could not be stored" in errors[0].getMessage()
-        assert errors[0].exc_info is not None
-        assert isinstance(errors[0].exc_info[1], OSError)
-        assert "no space left" in str(errors[0].exc_info[1])
-        assert "checkpoint at step 5 could not be stored" in capsys.readouterr().out
+        # One line with the cause (a full disk fails every save: no traceback each time).
+        out = capsys.readouterr().out
+        assert "checkpoint at step 5 could not be stored (OSError: no space left" in out
+        assert out.count("could not be stored") == 1 and "Traceback" not in out
 
         for step in range(6, 11):
             train_step(model, optimizer)

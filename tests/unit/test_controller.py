@@ -100,7 +100,7 @@ class FakeGroup:
     def request_checkpoint(self, reason):
         FakeGroup.requests.append(reason)
 
-    def emergency_checkpoint(self, ranks, timeout_s):
+    def emergency_checkpoint(self, ranks, timeout_s, committed=None):
         return {r: "the fake group holds no state" for r in ranks}
 
     def send_command(self, command):

@@ -35,6 +35,11 @@ def storage(tmp_path):
     return Storage(str(tmp_path))
 
 
+def sink(storage):
+    """What the driver's StateWriter does with each document, done at once."""
+    return lambda doc: storage.write_json_atomic(doc, STATE_FILE)
+
+
 def infos():
     return [
         WorkerInfo(0, "10.0.0.1", "node-a", "host-a", 111, 5000, ("0", "1")),
@@ -54,7 +59,7 @@ def test_save_and_read_state_round_trip(tmp_path, storage, clock):
     storage.write_json_atomic({"step": 10, "files": {}}, CKPT_DIR, step_dirname(10), MANIFEST)
     state.add_failure(1, "worker_died", WorkerDiedError(1, "node lost"), at=900.0)
     clock.t = 1234.5
-    state.save(storage)
+    state.record("SCHEDULING", attempt=0, preemptions=0, workers_ended=False, write=sink(storage))
     doc = read_state(str(tmp_path))
     assert doc["updated"] == 1234.5 and state.updated == 1234.5
     assert doc["driver_pid"] == os.getpid()
@@ -116,7 +121,7 @@ def test_continuing_a_new_run_starts_from_nothing(tmp_path, storage):
 
 def test_record_writes_every_change_but_running_about_once_a_second(tmp_path, storage, clock):
     state = fresh(tmp_path)
-    kw = {"preemptions": 0, "workers_ended": False, "storage": storage}
+    kw = {"preemptions": 0, "workers_ended": False, "write": sink(storage)}
     clock.t = 100.0
     state.record("SCHEDULING", attempt=1, **kw)
     assert read_state(str(tmp_path))["updated"] == 100.0
@@ -138,7 +143,7 @@ def test_record_writes_every_change_but_running_about_once_a_second(tmp_path, st
     state.record("RUNNING", attempt=1, **kw)
     assert read_state(str(tmp_path))["updated"] == 101.2
     clock.t = 101.6
-    state.record("RESTARTING", attempt=1, preemptions=1, workers_ended=False, storage=storage)
+    state.record("RESTARTING", attempt=1, preemptions=1, workers_ended=False, write=sink(storage))
     doc = read_state(str(tmp_path))
     assert (doc["state"], doc["updated"], doc["preemptions"]) == ("RESTARTING", 101.6, 1)
 
@@ -147,7 +152,7 @@ def test_record_keeps_writing_non_running_states_however_often(tmp_path, storage
     state = fresh(tmp_path)
     for i, name in enumerate(["SCHEDULING", "STARTING", "RESTARTING", "SCHEDULING"]):
         clock.t = 200.0 + i * 0.01
-        state.record(name, attempt=i, preemptions=0, workers_ended=False, storage=storage)
+        state.record(name, attempt=i, preemptions=0, workers_ended=False, write=sink(storage))
         doc = read_state(str(tmp_path))
         assert (doc["state"], doc["attempt"], doc["updated"]) == (name, i, clock.t)
 
@@ -156,14 +161,14 @@ def test_record_keeps_writing_non_running_states_however_often(tmp_path, storage
 def test_workers_ended_marks_every_worker(tmp_path, storage, clock, final, expected):
     state = fresh(tmp_path)
     state.set_workers(infos(), "running")
-    state.record(final, attempt=1, preemptions=0, workers_ended=True, storage=storage)
+    state.record(final, attempt=1, preemptions=0, workers_ended=True, write=sink(storage))
     assert [w["state"] for w in read_state(str(tmp_path))["workers"]] == [expected, expected]
 
 
 def test_workers_not_ended_keep_their_state(tmp_path, storage, clock):
     state = fresh(tmp_path)
     state.set_workers(infos(), "running")
-    state.record("RESTARTING", attempt=1, preemptions=0, workers_ended=False, storage=storage)
+    state.record("RESTARTING", attempt=1, preemptions=0, workers_ended=False, write=sink(storage))
     assert [w["state"] for w in state.workers] == ["running", "running"]
 
 

@@ -1,0 +1,70 @@
+"""What the workers said: one poll's contents routed to the driver's policies.
+
+Part of the controller (a base class of ``Controller``, kept apart because it
+is one concept: intake, where the rest of the controller is the state
+machine). Reports go to the outputs, the callbacks and the watchdog; steps to
+the status; parts to the checkpoint commits, whose commits may call for a
+restart (a drain's or a growth's); notices to the resize policy; shard
+positions to the data feed; session replies to their listener, last.
+"""
+
+from __future__ import annotations
+
+import time
+
+from raytf.driver.resize_policy import Restart
+from raytf.driver.states import outranking
+from raytf.messages import WorkerPoll
+
+
+class PollIntake:
+    def _take(self, poll: WorkerPoll, now: float) -> Restart | None:
+        """Route one poll's contents to the policies; a restart a commit calls for."""
+        self._take_reports(poll, now)
+        self.events.emit("on_poll", self.attempt, poll)  # the run's record (raytf.observe)
+        if poll.step is not None:
+            self._take_step(poll.rank, poll.step, now)
+        for note in poll.compat_notes:  # the same on every rank and attempt
+            self.progress.notice(note)
+        if poll.startup and self.group is not None:  # once per rank and attempt
+            self.status.startup = self.group.timeline.summary()
+        restart = None
+        for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
+            restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
+        if poll.notice:
+            self._execute(self.resizer.on_notice(poll.notice))
+        self.data.on_poll(poll.rank, poll.shard_epochs, poll.positions)
+        # Last: a session that asked for a checkpoint finds it committed when the answer comes.
+        if self.listeners.on_reply is not None:
+            for reply in poll.replies:
+                self.listeners.on_reply(reply)
+        return restart
+
+    def _take_reports(self, poll: WorkerPoll, now: float) -> None:
+        for metrics in self.outputs.add_reports(poll.reports):
+            self.ckpts.note_report(metrics)
+            self.events.emit("on_report", metrics)
+            if self.listeners.on_report is not None:
+                self.listeners.on_report(metrics)
+        if poll.reports:
+            self.progress.on_reports(poll.reports)
+            self.watchdog.on_activity(now)
+        if poll.waiting or poll.beats != self._beats.get(poll.rank):
+            # A session between commands is idle, an evaluation busy: neither is hung.
+            self._beats[poll.rank] = poll.beats
+            self.watchdog.on_activity(now)
+
+    def _take_step(self, rank: int, step: int, now: float) -> None:
+        self.status.workers[rank]["last_step"] = step
+        if rank != 0 or step == self.watchdog.last_step:
+            return
+        self.status.last_step = step
+        took = self.watchdog.on_step(step, now)
+        if took is not None:
+            self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
+            self.status.resumed_at.append(time.time())
+            self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
+        if self.use_standbys and not self._standbys_asked:
+            # Spares start importing TF now that training runs, not during start-up.
+            self._standbys_asked = True
+            self.pool.add_standbys()

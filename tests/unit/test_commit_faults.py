@@ -1,0 +1,159 @@
+"""The driver's checkpoint bookkeeping when storage fails or a checkpoint is not good.
+
+Real files in tmp_path; a storage whose writes fail is a real ``Storage`` whose
+``write_atomic`` raises ``OSError`` (ENOSPC) a given number of times, as a full
+disk does. The integration tests put a real full tmpfs and a failing S3 endpoint
+under whole runs.
+"""
+
+import errno
+import json
+import math
+import os
+
+from raytf import CheckpointConfig
+from raytf.driver.checkpoint_commits import CheckpointCommits
+from raytf.rundir.checkpoints import (
+    CKPT_DIR,
+    MANIFEST,
+    commit,
+    committed,
+    latest_intact,
+    mark_bad,
+    prune,
+    ranked,
+    safe_name,
+    step_dirname,
+)
+from raytf.rundir.storage import Storage
+from tests.unit.test_checkpoint import write_parts
+
+
+class FillingDisk(Storage):
+    """Local storage whose next ``fail`` atomic writes find the disk full."""
+
+    fail = 0
+
+    def write_atomic(self, data, *parts):
+        if self.fail:
+            self.fail -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().write_atomic(data, *parts)
+
+
+def commits(storage, said, **config):
+    return CheckpointCommits(storage, CheckpointConfig(**config), 2, say=said.append)
+
+
+def test_a_manifest_the_disk_refused_is_committed_at_a_later_poll(tmp_path, monkeypatch):
+    storage, said = FillingDisk(str(tmp_path / "run")), []
+    coord = commits(storage, said)
+    storage.fail = 2
+    clock = [100.0]
+    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    assert coord.on_parts(write_parts(storage, 10), attempt=1) == []
+    assert committed(storage) == [] and said == []
+    assert coord.on_parts([], attempt=1) == []  # not due yet: 1 s of backoff
+    clock[0] += 1.0
+    assert coord.on_parts([], attempt=1) == []  # the second failure: 2 s more
+    clock[0] += 2.0
+    (ckpt,) = coord.on_parts([], attempt=1)
+    assert ckpt.step == 10 and latest_intact(storage).step == 10 and said == []
+
+
+def test_a_manifest_never_written_is_given_up_and_said_and_training_goes_on(tmp_path, monkeypatch):
+    storage, said = FillingDisk(str(tmp_path / "run")), []
+    coord = commits(storage, said)
+    storage.fail = 100
+    clock = [0.0]
+    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    coord.on_parts(write_parts(storage, 10), attempt=1)
+    for _ in range(40):
+        clock[0] += 1.0
+        coord.on_parts([], attempt=1)
+    assert len(said) == 1 and "step 10 not committed" in said[0] and "5 tries" in said[0]
+    storage.fail = 0  # the disk has room again: the next save commits
+    (ckpt,) = coord.on_parts(write_parts(storage, 20), attempt=1)
+    assert ckpt.step == 20 and committed(storage) == [20]
+
+
+def test_a_newer_commit_drops_an_older_unwritten_one(tmp_path, monkeypatch):
+    storage, said = FillingDisk(str(tmp_path / "run")), []
+    coord = commits(storage, said)
+    storage.fail = 1
+    clock = [0.0]
+    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    coord.on_parts(write_parts(storage, 10), attempt=1)
+    (ckpt,) = coord.on_parts(write_parts(storage, 20), attempt=1)
+    clock[0] += 30
+    assert ckpt.step == 20 and coord.on_parts([], attempt=1) == []
+    assert committed(storage) == [20]  # 10 is never committed after 20
+
+
+def test_nan_weights_are_not_committed_unless_allowed(storage):
+    said = []
+    coord = commits(storage, said)
+    parts = write_parts(storage, 10)
+    parts[0] = parts[0].__class__(**{**parts[0].__dict__, "finite": False})
+    assert coord.on_parts(parts, attempt=1) == []
+    assert committed(storage) == [] and "NaN or Inf" in said[0]
+    allowing = commits(storage, said, refuse_nonfinite=False)
+    (ckpt,) = allowing.on_parts(parts, attempt=1)
+    assert ckpt.step == 10
+
+
+def test_a_timed_save_that_never_commits_is_asked_again_an_interval_later(storage):
+    coord = CheckpointCommits(storage, CheckpointConfig(checkpoint_every_s=5), world_size=2)
+    start = coord._last_save
+    assert coord.time_due(start + 6)
+    assert not coord.time_due(start + 10)  # asked 4 s ago: the save may be on its way
+    assert coord.time_due(start + 11.5)  # 5.5 s unanswered: lost (a failed save), ask again
+
+
+def test_retention_keeps_the_newest_intact_never_counting_bad_ones(storage):
+    for step in (10, 20, 30, 40):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    mark_bad(storage, 40, "a damaged index")
+    mark_bad(storage, 30, "a damaged index")
+    for step in (50, 60):  # a fallback to 20, then two fresh commits
+        commit(storage, write_parts(storage, step), world_size=2, attempt=2)
+    removed = prune(storage, 2, bad={30, 40})
+    assert committed(storage) == [50, 60] and removed == [10, 20, 30, 40]
+    # A bad newest checkpoint takes no place: counted, it would have kept 70 and 80 (bad)
+    # and dropped 60, leaving one checkpoint a restart could use.
+    for step in (70, 80):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=3)
+    mark_bad(storage, 80, "damaged")
+    assert prune(storage, 2, bad={80}) == [50]
+    assert committed(storage) == [60, 70, 80]  # the newest two intact, and the bad newest
+
+
+def test_a_driver_reads_the_bad_marks_of_the_drivers_before_it(storage):
+    for step in (10, 20):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    mark_bad(storage, 20, "damaged")
+    coord = CheckpointCommits(storage, CheckpointConfig(num_to_keep=1), world_size=2)
+    assert coord.bad == {20} and coord.restore_point().step == 10
+    (ckpt,) = coord.on_parts(write_parts(storage, 30), attempt=2)
+    assert committed(storage) == [30]  # 10 pruned (one to keep), 20 (bad, older) too
+
+
+def test_nan_scores_rank_last():
+    scores = {10: 0.5, 20: math.nan, 30: 0.9, 40: None, 50: math.inf}
+    assert ranked([10, 20, 30, 40, 50], scores, "max") == [30, 10, 50, 40, 20]
+    assert ranked([10, 20, 30, 40, 50], scores, "min") == [10, 30, 50, 40, 20]
+
+
+def test_manifest_names_that_leave_the_step_directory_make_it_damaged(storage):
+    assert safe_name("ckpt.index") and safe_name("state_rank1.json")
+    for bad in ("../state.json", "/etc/passwd", "a/b", "..", "", "~root", "a\\b", 3):
+        assert not safe_name(bad), bad
+    commit(storage, write_parts(storage, 10), world_size=2, attempt=1)
+    path = storage.path(CKPT_DIR, step_dirname(10), MANIFEST)
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["files"]["../../state.json"] = 10
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+    assert latest_intact(storage) is None
+    assert os.path.exists(path)  # refused, never acted on

@@ -1,0 +1,185 @@
+"""One driver per run directory, its state written off the loop, a fresh start, signals.
+
+Real files in tmp_path, real processes for the lease's holders (a live one and
+a dead one), real signals sent to this process.
+"""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raytf import RunConfig
+from raytf.driver.run_dir_hold import hold_run_dir
+from raytf.driver.signal_stop import SignalStop
+from raytf.errors import RunDirInUseError
+from raytf.rundir.lease import LEASE, Lease
+from raytf.rundir.run_state import STATE_FILE
+from raytf.rundir.set_aside import PREVIOUS_DIR, set_aside
+from raytf.rundir.state_writer import StateWriter
+from raytf.rundir.storage import Storage
+from raytf.settings import Settings
+
+
+def held_by(storage, pid: int, age_s: float, host=None) -> None:
+    import socket
+
+    doc = {"holder": "other", "host": host or socket.gethostname(), "pid": pid}
+    doc.update(started=time.time() - 100, heartbeat=time.time() - age_s)
+    storage.write_json_atomic(doc, LEASE)
+
+
+@pytest.fixture
+def live_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_live_drivers_lease_refuses_a_second_driver_naming_it(storage, live_pid):
+    storage.makedirs()
+    held_by(storage, live_pid, age_s=2)
+    with pytest.raises(RunDirInUseError) as info:
+        Lease(storage, stale_s=30).acquire()
+    text = str(info.value)
+    assert f"pid {live_pid}" in text and "heartbeat 2 s ago" in text and "RunConfig.name" in text
+    assert storage.read_json(LEASE)["holder"] == "other"  # untouched
+
+
+def test_a_lease_whose_process_is_gone_is_taken_over_at_once(storage):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    storage.makedirs()
+    held_by(storage, dead.pid, age_s=1)
+    lease = Lease(storage, stale_s=30)
+    said = lease.acquire()
+    assert f"pid {dead.pid}" in said and "its process is gone" in said
+    assert storage.read_json(LEASE)["holder"] == lease.doc["holder"]
+    lease.release()
+    assert not storage.exists(LEASE)
+
+
+def test_a_lease_held_elsewhere_is_taken_over_once_its_heartbeat_is_stale(storage):
+    storage.makedirs()
+    held_by(storage, 1, age_s=45, host="another-host")
+    assert "heartbeat 45 s ago" in Lease(storage, stale_s=30).acquire()
+    held_by(storage, 1, age_s=5, host="another-host")
+    with pytest.raises(RunDirInUseError):
+        Lease(storage, stale_s=30).acquire()
+
+
+def test_release_leaves_a_lease_another_driver_took(storage):
+    lease = Lease(storage, stale_s=30)
+    storage.makedirs()
+    lease.acquire()
+    held_by(storage, 1, age_s=0, host="another-host")
+    lease.release()
+    assert storage.read_json(LEASE)["holder"] == "other"
+
+
+class FullDisk(Storage):
+    """Local storage whose atomic writes fail while ``full`` is set."""
+
+    full = False
+
+    def write_atomic(self, data, *parts):
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().write_atomic(data, *parts)
+
+
+def test_the_state_writer_rides_out_a_full_disk_and_writes_the_newest_state(tmp_path):
+    storage, said = FullDisk(str(tmp_path)), []
+    writer = StateWriter(storage, say=said.append)
+    storage.full = True
+    t0 = time.monotonic()
+    writer.put({"state": "RUNNING", "last_step": 1})
+    writer.put({"state": "RUNNING", "last_step": 2})  # put never blocks: newest wins
+    assert time.monotonic() - t0 < 0.1
+    time.sleep(1.2)
+    assert writer.outage_s() > 0.9 and "No space left" in said[0] and len(said) == 1
+    assert not storage.exists(STATE_FILE)
+    storage.full = False
+    deadline = time.monotonic() + 10
+    while writer.outage_s() > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert storage.read_json(STATE_FILE) == {"state": "RUNNING", "last_step": 2}
+    assert "writable again" in said[-1]
+    writer.put({"state": "FINISHED", "last_step": 3})
+    assert writer.close(timeout_s=5)
+    assert storage.read_json(STATE_FILE)["state"] == "FINISHED"
+
+
+def test_close_says_when_the_last_state_could_not_be_written(tmp_path):
+    storage, said = FullDisk(str(tmp_path)), []
+    writer = StateWriter(storage, say=said.append)
+    storage.full = True
+    writer.put({"state": "ERRORED"})
+    assert not writer.close(timeout_s=0.5)
+    assert "could not be written" in said[-1]
+
+
+def test_the_writer_renews_the_lease(tmp_path):
+    storage = Storage(str(tmp_path))
+    lease = Lease(storage, stale_s=30)
+    lease.acquire()
+    first = storage.read_json(LEASE)["heartbeat"]
+    writer = StateWriter(storage, lease, heartbeat_s=0.2)
+    time.sleep(0.7)
+    assert storage.read_json(LEASE)["heartbeat"] > first
+    assert writer.close(timeout_s=5)
+    assert not storage.exists(LEASE)  # released with the last state
+
+
+def test_start_fresh_moves_the_earlier_run_aside_and_keeps_it(tmp_path):
+    run = RunConfig(name="changed", storage_path=str(tmp_path), start_fresh=True)
+    storage = Storage(run.run_dir)
+    storage.write_json_atomic({"step": 40}, "checkpoints", "step_000000040", "manifest.json")
+    storage.write_json_atomic({"state": "FINISHED"}, STATE_FILE)
+    said = []
+    writer = hold_run_dir(run, Settings(), said.append)
+    (stamp,) = storage.listdir(PREVIOUS_DIR)
+    kept = Storage(storage.path(PREVIOUS_DIR, stamp))
+    assert kept.read_json("checkpoints", "step_000000040", "manifest.json") == {"step": 40}
+    assert kept.read_json(STATE_FILE) == {"state": "FINISHED"}
+    assert sorted(storage.listdir()) == [LEASE, PREVIOUS_DIR]
+    assert any("moved to" in line for line in said)
+    writer.close(5)
+    assert set_aside(storage) is None  # nothing left to move: earlier set-asides stay put
+
+
+def test_a_first_signal_asks_a_second_ends_at_once():
+    stop = SignalStop(wait_s=10)
+    stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM and stop.name == "SIGTERM"
+        line = stop.begin(committed=40, now=100.0)
+        assert "SIGTERM" in line and "second signal" in line
+        assert not stop.done(committed=40, now=105.0)
+        assert stop.done(committed=44, now=105.0)  # the stop checkpoint committed
+        assert stop.done(committed=40, now=110.0)  # or the wait is over
+        with pytest.raises(SystemExit) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert info.value.code == 143
+    finally:
+        stop.uninstall()
+    assert signal.getsignal(signal.SIGTERM) is not stop._handle
+    ctrl_c = SignalStop(wait_s=1)
+    ctrl_c.signum = signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.reraise()  # after the run ended STOPPED: Ctrl-C's usual ending
+
+
+def test_the_lease_file_is_json_a_person_can_read(tmp_path):
+    storage = Storage(str(tmp_path))
+    Lease(storage, stale_s=30).acquire()
+    doc = json.loads((tmp_path / LEASE).read_text())
+    assert set(doc) == {"holder", "host", "pid", "started", "heartbeat"}
+    assert doc["pid"] == os.getpid()
