@@ -196,6 +196,7 @@ class CheckpointCommits:
     def _committed(self, ckpt: CommittedCheckpoint) -> None:
         self.latest = ckpt
         self.kept.append(ckpt.step)
+        self.bad.discard(ckpt.step)  # a step saved again after a fallback: a new checkpoint
         self.save_seconds.append(ckpt.manifest["save_seconds"])
         self._last_save = time.monotonic()
         self._requested_at = None

@@ -69,7 +69,7 @@ def test_elastic_group_shrinks_grows_and_leaves_a_draining_node(tmp_path):
             state = wait_state(
                 run,
                 "3 workers",
-                lambda s: s["state"] == "RUNNING" and (s.get("last_step") or 0) >= 50,
+                lambda s: s["state"] == "RUNNING" and (s.get("last_step") or 0) >= 30,
             )
             assert state["world_size"] == 3
 

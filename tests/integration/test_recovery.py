@@ -3,6 +3,7 @@ the weights of an uninterrupted run (CPU ops here are deterministic) and lose no
 committed."""
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -165,6 +166,17 @@ def manifests_if_any(run_dir):
     return manifests(run_dir) if os.path.isdir(os.path.join(run_dir, CKPT_DIR)) else []
 
 
+def tree_digest(path: str) -> dict[str, str]:
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), path)] = hashlib.sha256(
+                    f.read()
+                ).hexdigest()
+    return out
+
+
 def dir_bytes(path: str) -> dict[str, bytes]:
     out = {}
     for name in sorted(os.listdir(path)):
@@ -178,8 +190,9 @@ def test_driver_faults_lose_nothing_committed(reference, cluster_env, storage, t
     the last ends as an uninterrupted run.
 
     1. A second driver of the same name is refused while the first runs (the lease names
-       the holder); then the first is SIGKILLed after a commit.
-    2. The rerun resumes from the newest commit (the attempt count goes on). Rank 0 is
+       the holder); then the first is SIGKILLed after a commit. Launched with a changed
+       model, the job is refused at once, every file of the run untouched.
+    2. The original model resumes from the newest commit (the attempt count goes on). Rank 0 is
        SIGKILLed right after a commit: that committed directory is byte-identical after
        the recovery (an emergency checkpoint never writes into a committed one). Then
        SIGTERM to the driver, as `ray job stop` sends: it checkpoints, writes STOPPED and
@@ -206,6 +219,18 @@ def test_driver_faults_lose_nothing_committed(reference, cluster_env, storage, t
     finally:
         first.stop()
     committed = max(m["step"] for m in manifests(first.run_dir))
+
+    # The model changed between launches (its first layer 64 -> 32 units): refused at
+    # once, naming the variables, every file of the run as it was (before: each
+    # checkpoint marked bad in turn, then training from step 0).
+    before = {d: tree_digest(os.path.join(first.run_dir, d)) for d in (CKPT_DIR, "model")}
+    changed = run_job(storage, "drv", cluster_env, *paced, "--width", "32")
+    rc, _ = changed.finish(timeout=120)
+    out = changed.output()
+    assert rc != 0 and "CheckpointMismatchError" in out, out[-3000:]
+    assert "this model (32, 32), the checkpoint (32, 64)" in out and "start_fresh=True" in out
+    assert out.count("-> restarting the whole group") == 0  # stopped at once
+    assert {d: tree_digest(os.path.join(first.run_dir, d)) for d in before} == before
 
     second = run_job(storage, "drv", cluster_env, *paced)
     try:

@@ -157,3 +157,14 @@ def test_manifest_names_that_leave_the_step_directory_make_it_damaged(storage):
         json.dump(manifest, f)
     assert latest_intact(storage) is None
     assert os.path.exists(path)  # refused, never acted on
+
+
+def test_a_step_saved_again_after_a_fallback_is_a_good_checkpoint(storage):
+    for step in (10, 20):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    coord = CheckpointCommits(storage, CheckpointConfig(num_to_keep=2), world_size=2)
+    coord.mark_bad(20, "a damaged index")
+    assert coord.restore_point().step == 10
+    (ckpt,) = coord.on_parts(write_parts(storage, 20), attempt=2)  # redone from 10
+    assert ckpt.step == 20 and coord.restore_point().step == 20 and coord.bad == set()
+    assert "bad" not in storage.read_json(CKPT_DIR, step_dirname(20), MANIFEST)
