@@ -190,7 +190,7 @@ class Controller(PollIntake):
             return None
         if not self.stopper.done(committed, now):
             return None
-        saved = committed is not None and committed > self.stopper.committed_before
+        saved = self.stopper.saved(committed)
         self.progress.message(
             f"stopped on {self.stopper.name}: "
             + (f"checkpoint at step {committed} committed" if saved else "no new checkpoint")

@@ -57,9 +57,12 @@ class SignalStop:
             "a second signal stops at once)"
         )
 
+    def saved(self, committed: int | None) -> bool:
+        """Was a checkpoint committed since the signal?"""
+        return committed is not None and committed > self.committed_before
+
     def done(self, committed: int | None, now: float) -> bool:
-        fresh = committed is not None and committed > self.committed_before
-        return fresh or (self.deadline is not None and now >= self.deadline)
+        return self.saved(committed) or (self.deadline is not None and now >= self.deadline)
 
     def reraise(self) -> None:
         """After the run ended STOPPED: the signal's own ending."""

@@ -86,17 +86,19 @@ def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storag
 
 
 def assert_the_second_kill_redid_no_completed_step(run, before):
+    """The last restart resumed right after the survivor's last completed step: from its
+    emergency checkpoint, or, when the kill came right after the interval commit of that
+    very step, from that commit (the survivor's part is refused as not newer: the same
+    state, already committed). Seen both ways in CI: the kill's timing decides."""
     out = run.output()
-    found = re.search(r"emergency checkpoint committed: ranks \[0\] at step (\d+)", out)
-    assert found, out[-3000:]
-    step = int(found.group(1))
-    # Not behind the kill. It may fall on an interval step (120): that save was stored but
-    # never committed (rank 1 died first), and the driver commits an emergency part only
-    # when it is newer than every commit; the manifest below says which one landed.
-    assert step >= before["last_step"]
-    assert re.search(rf"resuming after step {step}$", out, re.M), out[-3000:]
+    step = int(re.findall(r"resuming after step (\d+)$", out, re.M)[-1])
+    assert step >= before["last_step"], out[-3000:]  # not behind the kill
     manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
-    assert manifest["reason"] == "emergency" and manifest["missing_ranks"] == [1]
+    if manifest["reason"] == "emergency":
+        assert manifest["missing_ranks"] == [1]
+        assert f"emergency checkpoint committed: ranks [0] at step {step}" in out
+    else:
+        assert f"rank 0: step {step} is not newer than the committed step {step}" in out
 
 
 def assert_the_record_shows_the_restarts(run_dir, tmp_path):
