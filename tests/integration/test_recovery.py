@@ -169,6 +169,7 @@ def manifests_if_any(run_dir):
 
 
 def tree_digest(path: str) -> dict[str, str]:
+    """Each file under ``path`` -> its SHA-256: equal digests, byte-identical trees."""
     out = {}
     for root, _, files in os.walk(path):
         for name in files:
@@ -176,14 +177,6 @@ def tree_digest(path: str) -> dict[str, str]:
                 out[os.path.relpath(os.path.join(root, name), path)] = hashlib.sha256(
                     f.read()
                 ).hexdigest()
-    return out
-
-
-def dir_bytes(path: str) -> dict[str, bytes]:
-    out = {}
-    for name in sorted(os.listdir(path)):
-        with open(os.path.join(path, name), "rb") as f:
-            out[name] = f.read()
     return out
 
 
@@ -241,10 +234,10 @@ def test_driver_faults_lose_nothing_committed(reference, cluster_env, storage, t
         assert f"resuming after step {committed}" in second.output()
         kill_at = commit_past(second, state["last_step"])
         ckpt_dir = os.path.join(second.run_dir, CKPT_DIR, f"step_{kill_at:09d}")
-        before = dir_bytes(ckpt_dir)
+        before = tree_digest(ckpt_dir)
         second.signal_worker(0, signal.SIGKILL, state)  # right after that commit
         second.wait_for(step=kill_at + 4, attempt=state["attempt"] + 1)
-        assert dir_bytes(ckpt_dir) == before
+        assert tree_digest(ckpt_dir) == before
         second.proc.send_signal(signal.SIGTERM)
         rc = second.proc.wait(timeout=120)
     finally:
