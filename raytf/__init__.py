@@ -30,6 +30,7 @@ _EXPORTS = {
     "RunDirInUseError": "raytf.errors",
     "StorageUnavailableError": "raytf.errors",
     "step_end": "raytf.worker.context",
+    "slow_phase": "raytf.worker.context",
     "ConfigError": "raytf.errors",
     "PlacementTimeoutError": "raytf.errors",
     "RaytfError": "raytf.errors",
@@ -78,6 +79,7 @@ __all__ = [
     "get_dataset_shard",
     "report",
     "step_end",
+    "slow_phase",
     "ensure_ray",
     "weights_digest",
 ]
@@ -127,4 +129,11 @@ if TYPE_CHECKING:
     from raytf.keras.trainer import KerasTrainer
     from raytf.result import Result
     from raytf.trainer import Trainer
-    from raytf.worker.context import TrainContext, get_context, get_dataset_shard, report, step_end
+    from raytf.worker.context import (
+        TrainContext,
+        get_context,
+        get_dataset_shard,
+        report,
+        slow_phase,
+        step_end,
+    )

@@ -246,24 +246,25 @@ class FailureConfig:
     worker hangs) restart the whole group from the latest committed
     checkpoint. A plain exception in user code is a bug: retrying it only
     repeats it, so it is raised unless ``retry_user_errors`` is set.
-    ``hang_timeout_s`` is the driver's backstop: no step progress for that
-    long ends the attempt as hung (TF's own heartbeats usually notice a
-    stopped peer after about 9 s). ``unresponsive_timeout_s`` catches a
-    stopped or deadlocked process sooner: workers answer the driver's polls on
-    a thread of their own, so a busy training loop still answers within
-    milliseconds, and one that answers nothing for that long is hung.
-    ``standby_workers`` keeps a spare process
-    per worker with TensorFlow already imported, so a restart skips the
-    5-7 s import. ``emergency_checkpoint``: when a worker dies, the others'
-    state at the last step every rank completed is committed before the
-    restart, so no completed step is redone (``raytf.worker.emergency`` says
-    where it cannot apply).
+    ``hang_timeout_s``: no progress of any kind for that long (an optimizer
+    step raytf sees itself, a ``step_end``, a report or heartbeat) ends the
+    attempt as hung. ``phase_timeout_s`` replaces it during a phase silent by
+    nature (start-up to the first step, a restore, a save, ``evaluate``, or
+    ``raytf.slow_phase`` without a limit of its own: ``raytf.worker.liveness``).
+    ``unresponsive_timeout_s`` catches a stopped or deadlocked process sooner:
+    workers answer polls on a thread of their own, so a busy loop still
+    answers within milliseconds. ``standby_workers`` keeps a spare process per
+    worker with TensorFlow imported, so a restart skips the 5-7 s import.
+    ``emergency_checkpoint``: when a worker dies, the others' state at the last
+    step every rank completed is committed before the restart, so no
+    completed step is redone (``raytf.worker.emergency`` says where it cannot).
     """
 
     max_failures: int = 0
     retry_user_errors: bool = False
     hang_timeout_s: float = 120.0
     unresponsive_timeout_s: float = 5.0
+    phase_timeout_s: float | None = 1800.0
     standby_workers: bool = True
     emergency_checkpoint: bool = True
 
@@ -280,6 +281,7 @@ class FailureConfig:
                 )
         _positive_or_none("FailureConfig.hang_timeout_s", self.hang_timeout_s)
         _positive_or_none("FailureConfig.unresponsive_timeout_s", self.unresponsive_timeout_s)
+        _positive_or_none("FailureConfig.phase_timeout_s", self.phase_timeout_s)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

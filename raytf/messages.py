@@ -105,6 +105,15 @@ class ShardEpoch:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A phase a worker is in that makes no progress by nature (raytf.worker.liveness)."""
+
+    name: str
+    age_s: float  # how long it has been open, at the poll
+    limit_s: float | None = None  # the loop's own limit; None: FailureConfig.phase_timeout_s
+
+
+@dataclass(frozen=True)
 class WorkerPoll:
     """One answer to the driver's poll: what happened since the last one."""
 
@@ -117,6 +126,8 @@ class WorkerPoll:
     replies: list[Reply] = field(default_factory=list)  # answers to session commands
     waiting: bool = False  # idle until the next session command
     beats: int = 0  # heartbeats from work between steps (evaluation)
+    ticks: int = 0  # progress raytf saw for itself (optimizer steps, phases ended)
+    phases: tuple[Phase, ...] = ()  # the silent phases open at the poll
     error: BaseException | None = None
     result: Any = None
     ended_at: float | None = None  # wall time the user's function returned or raised

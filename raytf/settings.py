@@ -62,6 +62,9 @@ class Settings:
     # Where each node keeps copies of the latest checkpoints in host memory, for
     # restores that skip object storage (raytf.worker.host_copy); "" turns them off.
     host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")
+    # Other runs' copies not written for this long (runs that never finished) are removed
+    # by the next run that starts on the node.
+    host_copy_max_age_s: float = _env("RAYTF_HOST_COPY_MAX_AGE_S", float, 86400.0)
     # Processes with TensorFlow imported kept on each node of a run after it ends, for
     # the next run's warm start (raytf.group.kept); 0 keeps none. They exit after
     # keep_idle_s without a run.
@@ -72,6 +75,10 @@ class Settings:
     # this host, is gone).
     lease_heartbeat_s: float = _env("RAYTF_LEASE_HEARTBEAT_S", float, 5.0)
     lease_stale_s: float = _env("RAYTF_LEASE_STALE_S", float, 30.0)
+    # How often each worker reads its optimizers' step counters, the progress the driver's
+    # hang detection sees without any raytf call in the loop (raytf.worker.liveness);
+    # 0 reads none (a loop that reports, or calls step_end, is still seen).
+    progress_sample_s: float = _env("RAYTF_PROGRESS_SAMPLE_S", float, 1.0)
     # The run directory unwritable this long (state.json, commits) stops the run.
     storage_outage_s: float = _env("RAYTF_STORAGE_OUTAGE_S", float, 600.0)
     # SIGTERM or SIGINT to the driver: how long it waits for the stop checkpoint's commit;

@@ -135,7 +135,7 @@ class Controller(PollIntake):
         self.attempt = self.status.attempt
         self.started = self.clock()
         self.watchdog = Watchdog(run_config.failure_config, self.started)
-        self._beats: dict[int, int] = {}
+        self._beats: dict[int, tuple[int, int]] = {}
         self.rounds = RoundTimes()
         self._stop_requested = False
 

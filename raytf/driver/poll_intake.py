@@ -49,10 +49,12 @@ class PollIntake:
         if poll.reports:
             self.progress.on_reports(poll.reports)
             self.watchdog.on_activity(now)
-        if poll.waiting or poll.beats != self._beats.get(poll.rank):
+        beats = (poll.beats, poll.ticks)  # the loop's heartbeats, progress raytf saw itself
+        if poll.waiting or beats != self._beats.get(poll.rank):
             # A session between commands is idle, an evaluation busy: neither is hung.
-            self._beats[poll.rank] = poll.beats
+            self._beats[poll.rank] = beats
             self.watchdog.on_activity(now)
+        self.watchdog.on_phases(poll.rank, poll.phases, now)
 
     def _take_step(self, rank: int, step: int, now: float) -> None:
         self.status.workers[rank]["last_step"] = step

@@ -45,12 +45,12 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import WORKER_ENV, Settings
-from raytf.worker import compat, keras_fit, model_out, teardown
+from raytf.worker import compat, keras_fit, liveness, model_out, patches
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
 from raytf.worker.emergency import emergency_part
-from raytf.worker.host_copy import HostCopy
+from raytf.worker.host_copy import node_copy
 from raytf.worker.output import OutputTap, tf_level
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.startup import WorkerTimes
@@ -259,10 +259,7 @@ class RaytfWorker:
         # Each private API, probed once: a plain path where one exists, said on the driver.
         self._compat = compat.run_probes((*compat.PROBES, keras_fit.PROBE))
         self._notes_unsent = self._compat.notes
-        if self._compat.ok(keras_fit.PROBE):
-            keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
-        if self._compat.ok(compat.ITERATOR_REAPER):
-            teardown.install()  # a run ends when its last step does, not its pipeline's teardown
+        patches.install(self._compat)
         return int(self._strategy.num_replicas_in_sync)
 
     def start(
@@ -294,9 +291,10 @@ class RaytfWorker:
             on_part=self._buffer.put,
             async_save=ckpt.async_save and snapshots,
             keep_last_step=ckpt.keep_last_step and snapshots,
-            host_copy=HostCopy(run_dir, Settings.from_env().host_copy_dir or None),
+            host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
             node_leader=local_rank == 0,
             refuse_nonfinite=ckpt.refuse_nonfinite,
+            phase=self._buffer.liveness.phase,
         )
         self._start_watchers(self._checkpointer)
         context = TrainContext(
@@ -312,15 +310,18 @@ class RaytfWorker:
             shards=shards,
         )
         _set_context(context)
+        liveness.set_current(self._buffer.liveness)
         self._run = self._tf.submit(self._guarded, fn, context.config)
 
     def _guarded(self, fn, config):
         try:
-            result = sendable(call_user(fn, config=config), self.rank)
+            watched = self._buffer.liveness.run(lambda: call_user(fn, config=config))
+            result = sendable(watched, self.rank)
             if self._checkpointer is not None:
                 self._checkpointer.flush()  # the last save is stored before the run ends
                 self._checkpointer.host_copy.drop()  # no restart will read it
-                self._save_model()
+                saved_model = bool(self._model_out.get("saved_model"))
+                model_out.save_at_end(self._checkpointer, self.rank, saved_model)
             return FINISHED, result
         except (CheckpointRestoreError, CheckpointMismatchError, CheckpointStorageError) as exc:
             return FAILED, exc  # the driver tells damage, another model and storage apart
@@ -329,17 +330,6 @@ class RaytfWorker:
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
         finally:
             self._ended_at = time.time()  # lets the driver tell a slow worker from a late poll
-
-    def _save_model(self) -> None:
-        model = self._checkpointer.model
-        if model is None:
-            return
-        try:
-            saved_model = bool(self._model_out.get("saved_model"))
-            model_out.save_final(self._checkpointer.storage, model, self.rank, saved_model)
-        except Exception as exc:  # noqa: BLE001 - the training is done: keep it, say why
-            # Every rank runs the same save, so they all fail alike: no collective is left half-run.
-            print(f"[raytf] rank {self.rank}: the model file was not written ({exc})", flush=True)
 
     def request_checkpoint(self, reason: str) -> None:
         """Chief only: have the group save at the next step boundary."""
@@ -366,6 +356,7 @@ class RaytfWorker:
         if done:
             state, value = self._run.result()
         notice = self._checkpointer.notice if self._checkpointer else None
+        ticks, phases = self._buffer.liveness.view()
         return WorkerPoll(
             rank=self.rank,
             state=state,
@@ -376,6 +367,8 @@ class RaytfWorker:
             replies=[i for i in items if isinstance(i, Reply)],
             waiting=self._buffer.waiting,
             beats=self._buffer.beats,
+            ticks=ticks,
+            phases=phases,
             error=value if state == FAILED else None,
             result=value if state == FINISHED else None,
             ended_at=self._ended_at if done else None,

@@ -1,18 +1,8 @@
 """A worker's side of coordinated checkpoints: save at an agreed step, restore exactly.
 
-Every rank must save at the same step (saving may run collectives). Two ways
-to agree, neither costing a collective per step:
-
-- ``checkpoint_every_steps``: each rank decides from its own step count.
-- On demand (the driver's timer, a termination notice): the chief, at its next
-  step boundary ``s``, publishes "save at s+1" in TF's coordination-service
-  key-value store and waits until every rank's watcher thread has
-  acknowledged. No rank can finish step s+1 without the chief, so every rank
-  knows the target before it gets there.
-
-A SIGTERM to any worker is caught by TF's preemption notifier, which publishes
-``TF_DEFAULT_PREEMPTION_NOTICE_KEY`` to every rank; the watcher here turns it
-into an on-demand save and tells the driver.
+Every rank saves at the same step (saving may run collectives); when is
+decided by ``raytf.worker.save_schedule`` (intervals, on-demand requests
+agreed through TF's coordination service, termination notices).
 
 The chief writes the real TF files; other ranks write theirs to a private
 scratch directory and delete it (TF's multi-worker pattern), and every rank
@@ -29,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
@@ -37,26 +28,10 @@ from raytf.worker import model_out, snapshot, structure
 from raytf.worker.emergency import LastStep
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.restore import build_optimizers, read_committed, rng_state, set_rng_state
+from raytf.worker.save_schedule import SaveSchedule
 from raytf.worker.traced_save import CheckpointWriter
 
 logger = logging.getLogger("raytf")
-
-PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
-_REQUEST_KEY = "raytf_ckpt_request_{}"
-_ACK_KEY = "raytf_ckpt_ack_{}_{}"
-
-
-def _crossed(previous: int | None, step: int, every: int) -> bool:
-    """Did the steps after ``previous`` up to ``step`` pass a multiple of ``every``?"""
-    if previous is None or previous >= step:
-        return step % every == 0
-    return step // every > previous // every
-
-
-def _kv():
-    from tensorflow.python.eager import context
-
-    return context.context()
 
 
 class WorkerCheckpointer:
@@ -76,13 +51,14 @@ class WorkerCheckpointer:
         host_copy: HostCopy | None = None,
         node_leader: bool = False,
         refuse_nonfinite: bool = False,
+        phase: Callable[..., AbstractContextManager] | None = None,
     ):
         self.storage = storage
         self.ckpt_dir = ckpt_dir
         self.rank = rank
         self.world_size = world_size
         self.strategy = strategy
-        self.every_steps = every_steps
+        self.schedule = SaveSchedule(rank, world_size, every_steps)
         self.restore_url = restore_url
         self.on_part = on_part
         self.async_save = async_save
@@ -98,21 +74,20 @@ class WorkerCheckpointer:
         self.model = None  # the loop's Keras model, once it names one
         self.structure: dict = {}  # what its models hold, by shape (raytf.worker.structure)
         self.refuse_nonfinite = refuse_nonfinite  # check the weights at every save
+        # A silent phase for the driver's watchdog (raytf.worker.liveness): restores, saves.
+        self.phase = phase or (lambda name, **_: nullcontext())
         self._step_var = None
         self._writer: CheckpointWriter | None = None
-        self._lock = threading.Lock()
-        self._pending_reason: str | None = None  # chief: a save was asked for
-        self._target: tuple[int, str] | None = None  # agreed (step, reason)
-        self._round = 0
-        self._last_step: int | None = None  # the previous step_end, for interval crossings
         self._extra: dict[str, tuple[Callable[[], object], Callable[[object], None]]] = {}
-        self.notice: str | None = None  # a termination notice seen anywhere in the group
 
     # -- set-up ---------------------------------------------------------------
     def start_watchers(self) -> None:
-        threading.Thread(target=self._watch_notice, daemon=True, name="raytf-notice").start()
-        if self.rank != 0:
-            threading.Thread(target=self._watch_requests, daemon=True, name="raytf-ckpt").start()
+        self.schedule.start_watchers()
+
+    @property
+    def notice(self) -> str | None:
+        """A termination notice seen anywhere in the group."""
+        return self.schedule.notice
 
     def add_state(self, name: str, get: Callable[[], object], set_: Callable[[object], None]):
         """Per-rank state outside TF's checkpoint (JSON-able), e.g. Keras metric accumulators."""
@@ -129,11 +104,11 @@ class WorkerCheckpointer:
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="raytf_step")
         self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
         self._writer = CheckpointWriter(self.ckpt, trackables)
-        self._last_step = 0
+        self.schedule.last = 0
         self.model = model_out.keras_model(trackables)
         self.structure = structure.describe(trackables)
         step = 0 if self.restore_url is None else self._restore(trackables)
-        self._last_step = step
+        self.schedule.last = step
         if self.model is not None and self.rank == 0:
             # After the restore: a model that does not fit the run's checkpoints must not
             # replace the architecture they are exported with.
@@ -153,16 +128,8 @@ class WorkerCheckpointer:
     def _restore(self, trackables: dict) -> int:
         """Read the committed checkpoint at ``restore_url`` (``raytf.worker.restore``)."""
         t0 = time.monotonic()
-        build_optimizers(trackables, self.strategy)
-        self.restored_from = read_committed(
-            self.restore_url,
-            storage=self.storage,
-            host_copy=self.host_copy,
-            ckpt=self.ckpt,
-            rank=self.rank,
-            structure=self.structure,
-            apply_state=self._apply_state,
-        )
+        with self.phase("restore", quiet=True):  # restored step counters are not progress
+            self.restored_from = self._read(trackables)
         step = int(self._step_var.numpy())
         took = time.monotonic() - t0
         # Printed, not logged: it is how a user (and the tests) see where a restart read from.
@@ -172,6 +139,18 @@ class WorkerCheckpointer:
             flush=True,
         )
         return step
+
+    def _read(self, trackables: dict) -> str:
+        build_optimizers(trackables, self.strategy)
+        return read_committed(
+            self.restore_url,
+            storage=self.storage,
+            host_copy=self.host_copy,
+            ckpt=self.ckpt,
+            rank=self.rank,
+            structure=self.structure,
+            apply_state=self._apply_state,
+        )
 
     def _apply_state(self, name: str, doc: dict) -> None:
         """This rank's state file (``name``: its own, or another rank's)."""
@@ -187,82 +166,37 @@ class WorkerCheckpointer:
     # -- the training loop's hook ----------------------------------------------
     def step_end(self, step: int, resumable: bool = True) -> None:
         """``resumable=False``: the loop cannot resume from this step (Keras's ``fit`` only
-        starts at an epoch), so no on-demand or emergency save is taken here."""
+        starts at an epoch), so no save is taken here: on-demand and emergency ones wait,
+        and an interval crossed here is saved at the next resumable step (a run resumed
+        from mid-epoch would replay the epoch from its start and overrun its steps)."""
         if self.ckpt is None:
             return
-        reason = None
-        with self._lock:
-            if resumable and self._target is not None and self._target[0] <= step:
-                # The first boundary at or after the target: every rank calls step_end at
-                # the same steps (one per step, or one per multi-step call), so they agree.
-                reason = self._target[1]
-                self._target = None
-            pending = self._pending_reason if self.rank == 0 else None
-        previous, self._last_step = self._last_step, step
-        repeat = previous == step  # the same step again, now resumable: saved already
-        if (
-            reason is None
-            and not repeat
-            and self.every_steps
-            and _crossed(previous, step, self.every_steps)
-        ):
-            reason = "interval"
+        reason, pending = self.schedule.due(step, resumable)
         if reason:
             self._save(step, reason)
-        if pending and reason is None:
-            self._agree_on_next_step(step, pending)
+        if pending:
+            self.schedule.agree_on_next_step(step, pending)
         if self.last_step is not None and resumable:
-            self.last_step.keep(self, step)
+            with self.phase("the step's copy for an emergency checkpoint"):
+                self.last_step.keep(self, step)
 
     def request(self, reason: str) -> None:
         """Chief only: save at the next step boundary (called from the actor's poll thread)."""
-        with self._lock:
-            if self._pending_reason is None or reason == "termination":
-                self._pending_reason = reason  # a termination notice outranks a timer
-
-    def _agree_on_next_step(self, step: int, reason: str) -> None:
-        self._round += 1
-        target = step + 1
-        kv = _kv()
-        kv.set_config_key_value(_REQUEST_KEY.format(self._round), f"{target}:{reason}")
-        for rank in range(1, self.world_size):
-            kv.get_config_key_value(_ACK_KEY.format(self._round, rank))
-        with self._lock:
-            self._target = (target, reason)
-            self._pending_reason = None
-
-    def _watch_requests(self) -> None:
-        kv = _kv()
-        k = 0
-        while True:
-            k += 1
-            try:
-                value = kv.get_config_key_value(_REQUEST_KEY.format(k))
-            except Exception:  # noqa: BLE001 - the group is going away
-                return
-            target, reason = value.split(":", 1)
-            with self._lock:
-                self._target = (int(target), reason)
-            kv.set_config_key_value(_ACK_KEY.format(k, self.rank), "1")
-
-    def _watch_notice(self) -> None:
-        try:
-            who = _kv().get_config_key_value(PREEMPTION_NOTICE_KEY)
-        except Exception:  # noqa: BLE001
-            return
-        self.notice = str(who)
-        if self.rank == 0:
-            self.request("termination")
+        self.schedule.request(reason)
 
     # -- saving -------------------------------------------------------------------
     def save_now(self, step: int, reason: str) -> None:
         """Save at ``step`` at once; every rank must call it at the same step (a session)."""
         if self.ckpt is None:
             raise RuntimeError("nothing to save: call restore(model=..., ...) first")
-        self._last_step = step
+        self.schedule.saved_at(step)
         self._save(step, reason)
 
     def _save(self, step: int, reason: str) -> None:
+        with self.phase("checkpoint save"):
+            self._save_part(step, reason)
+
+    def _save_part(self, step: int, reason: str) -> None:
         """Take this rank's part of the checkpoint at ``step``; report it once stored.
 
         Synchronous: written (and uploaded) before the loop goes on. Asynchronous:
@@ -273,7 +207,8 @@ class WorkerCheckpointer:
         t0 = time.monotonic()
         self._step_var.assign(step)
         state = self._state_bytes()
-        finite = self._finite() if self.rank == 0 and self.refuse_nonfinite else None
+        check = self.rank == 0 and self.refuse_nonfinite
+        finite = structure.all_finite(self.model) if check else None
         if not self.async_save:
             if self.rank == 0:
                 write = self._writer.write
@@ -313,22 +248,10 @@ class WorkerCheckpointer:
         """Wait until the save in flight (if any) is stored; the seconds waited."""
         t0 = time.monotonic()
         if self._inflight is not None:
-            self._inflight.join()
+            with self.phase("checkpoint save (waiting for the one being stored)"):
+                self._inflight.join()
             self._inflight = None
         return time.monotonic() - t0
-
-    def _finite(self) -> bool:
-        """Are the model's trainable weights all finite? One reduction, one host read: the
-        driver refuses to commit a checkpoint of NaN or Inf weights. Trainable weights
-        only: they are mirrored, so reading them runs no collective."""
-        import tensorflow as tf
-
-        if self.model is None:
-            return True
-        weights = self.model.trainable_weights
-        floats = [w.value for w in weights if tf.as_dtype(w.dtype).is_floating]
-        floats = [tf.reduce_all(tf.math.is_finite(v)) for v in floats]
-        return bool(tf.reduce_all(floats)) if floats else True
 
     def _state_bytes(self) -> bytes:
         doc = rng_state()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytf.messages import Command, Reply, Report
+from raytf.worker.liveness import Liveness
 
 
 def _to_python(value: Any) -> Any:
@@ -66,6 +67,7 @@ class _ReportBuffer:
     first_step_at: float | None = None  # wall time of the first step_end (start-up timeline)
     waiting: bool = False  # blocked on the next session command: idle, not hung
     beats: int = 0  # work that is not a training step (evaluation) shows it is alive
+    liveness: Liveness = field(default_factory=Liveness)  # progress raytf sees for itself
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
     total_steps: int | None = None  # what the loop said it will run (status's ETA)
     commands: queue.Queue = field(default_factory=queue.Queue)
@@ -129,6 +131,7 @@ class TrainContext:
         """
         clean = clean_metrics(metrics, self.rank)
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
+        self._buffer.liveness.progressed()
 
     def get_dataset_shard(self, name: str) -> Any:
         """This rank's shard of the trainer's dataset ``name`` (a ``raytf.DataShard``).
@@ -188,9 +191,17 @@ class TrainContext:
     def heartbeat(self) -> None:
         """Tell the driver's watchdog this rank is busy between steps (e.g. evaluating)."""
         self._buffer.beats += 1
+        self._buffer.liveness.progressed()
+
+    def slow_phase(self, name: str, limit_s: float | None = None):
+        """``with ctx.slow_phase("building the index", limit_s=3600):`` -- a phase of the
+        loop's own that makes no progress the driver can see, timed against ``limit_s``
+        (default ``FailureConfig.phase_timeout_s``) instead of ``hang_timeout_s``."""
+        return self._buffer.liveness.phase(name, limit_s)
 
     def next_command(self) -> Command:
         """Block until the driver's interactive session sends the next command."""
+        self._buffer.liveness.progressed()  # between commands a session is idle, not starting
         self._buffer.waiting = True
         try:
             return self._buffer.commands.get()
@@ -200,6 +211,7 @@ class TrainContext:
     def reply(self, command_id: int, value: Any) -> None:
         """Answer one session command; the driver waits for every rank's answer."""
         self._buffer.put(Reply(self.rank, int(command_id), value))
+        self._buffer.liveness.progressed()
 
     def set_total_steps(self, steps: int) -> None:
         """The step the loop will stop at, when it knows: ``raytf status`` shows an ETA."""
@@ -215,6 +227,7 @@ class TrainContext:
         for, or an emergency one, waits for the next resumable step.
         """
         self._buffer.step = int(step)
+        self._buffer.liveness.progressed()
         if self._buffer.first_step_at is None:
             self._buffer.first_step_at = time.time()
         if self._checkpointer is not None:
@@ -247,6 +260,11 @@ def step_end(step: int) -> None:
 def get_dataset_shard(name: str) -> Any:
     """Shortcut for ``get_context().get_dataset_shard(name)``."""
     return get_context().get_dataset_shard(name)
+
+
+def slow_phase(name: str, limit_s: float | None = None):
+    """Shortcut for ``get_context().slow_phase(...)``."""
+    return get_context().slow_phase(name, limit_s)
 
 
 def report(metrics: dict[str, Any], *, examples: int | None = None) -> None:

@@ -14,9 +14,12 @@ state), and the small per-rank state files from storage; else it downloads.
 
 Local storage needs none of it (the run directory is already a local read), so
 a copy is kept only with object storage. Cost: up to ``KEEP`` checkpoints of
-host memory per node per run, freed when the run finishes; a run that never
-finishes leaves them until the node restarts (``RAYTF_HOST_COPY_DIR=""`` turns
-copies off).
+host memory per node per run, freed when the run finishes. A run that never
+finishes (its driver killed, or out of failures) keeps its copies for a
+relaunch to resume from; the first rank of each node that starts a run removes
+other runs' copies not written for ``RAYTF_HOST_COPY_MAX_AGE_S`` (a day by
+default), so they do not fill host memory until the node restarts
+(``RAYTF_HOST_COPY_DIR=""`` turns copies off).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 from raytf.rundir.checkpoints import TF_PREFIX, parse_step_dirname
+from raytf.settings import Settings
 
 logger = logging.getLogger("raytf")
 
@@ -38,6 +43,24 @@ _ID_FILE = "copy_id"
 
 def is_tf_file(name: str) -> bool:
     return name.startswith(TF_PREFIX + ".")
+
+
+def node_copy(run_url: str, settings: Settings, sweep: bool) -> HostCopy:
+    """This node's copies for a run starting here; ``sweep``: the node's first rank
+    also removes other runs' stale copies (``HostCopy.sweep``)."""
+    copy = HostCopy(run_url, settings.host_copy_dir or None)
+    if sweep:
+        copy.sweep(settings.host_copy_max_age_s)
+    return copy
+
+
+def _being_written(path: str) -> bool:
+    """A copy being written now (its staging directory exists): a live run, however
+    long since its last checkpoint."""
+    try:
+        return any(name.startswith(".staging-") for name in os.listdir(path))
+    except OSError:
+        return True
 
 
 class HostCopy:
@@ -146,6 +169,31 @@ class HostCopy:
             os.rmdir(self.dir)
         except OSError:
             pass  # not empty: another rank's copies, or one being written
+
+    def sweep(self, max_age_s: float, now: float | None = None) -> list[str]:
+        """Remove other runs' copies on this node not written for ``max_age_s``: runs
+        that never finished. A run's directory is touched by every copy kept in it, so
+        a live run's is never older than its checkpoint interval. Returns the removed."""
+        if self.dir is None:
+            return []
+        root = os.path.dirname(self.dir)
+        now = time.time() if now is None else now
+        removed = []
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            return []
+        for entry in entries:
+            if entry.path == self.dir or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                age = now - entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age > max_age_s and not _being_written(entry.path):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+        return removed
 
     def _id_of(self, path: str) -> str | None:
         try:

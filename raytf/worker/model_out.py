@@ -56,3 +56,16 @@ def save_final(storage: Storage, model: Any, rank: int, saved_model: bool) -> No
             storage.upload_tree(os.path.join(scratch, SAVED_MODEL), MODEL_DIR, SAVED_MODEL)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_at_end(checkpointer: Any, rank: int, saved_model: bool) -> None:
+    """The loop finished: save its model (a silent phase); a failed save is said, and
+    the finished training kept."""
+    if checkpointer.model is None:
+        return
+    try:
+        with checkpointer.phase("saving the final model"):
+            save_final(checkpointer.storage, checkpointer.model, rank, saved_model)
+    except Exception as exc:  # noqa: BLE001 - the training is done: keep it, say why
+        # Every rank runs the same save, so they all fail alike: no collective is left half-run.
+        print(f"[raytf] rank {rank}: the model file was not written ({exc})", flush=True)

@@ -74,3 +74,16 @@ def tf_mismatch(exc: BaseException) -> bool:
     """TensorFlow refused a restore because the objects differ, not because files are bad."""
     text = str(exc)
     return isinstance(exc, (ValueError, AssertionError)) and any(m in text for m in _TF_MISMATCH)
+
+
+def all_finite(model: Any) -> bool:
+    """Are the model's trainable weights all finite? One reduction, one host read: the
+    driver refuses to commit a checkpoint of NaN or Inf weights. Trainable weights
+    only: they are mirrored, so reading them runs no collective."""
+    import tensorflow as tf
+
+    if model is None:
+        return True
+    floats = [w.value for w in model.trainable_weights if tf.as_dtype(w.dtype).is_floating]
+    floats = [tf.reduce_all(tf.math.is_finite(v)) for v in floats]
+    return bool(tf.reduce_all(floats)) if floats else True

@@ -8,6 +8,7 @@ tests; the SIGKILL test runs the same arguments and must end with the same weigh
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -148,16 +149,33 @@ def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, stor
 
 
 def tensorflow_idiom():
-    """TensorFlow's single-machine code with its strategy line changed, nothing else."""
+    """TensorFlow's single-machine code with its strategy line changed, nothing else: no
+    raytf call in it. Its first trace and each validation are slower than the test's
+    ``hang_timeout_s`` (a layer that sleeps when traced, input that sleeps per batch),
+    and so is its training as a whole."""
     import keras
     import tensorflow as tf
 
     from raytf.data.synthetic import NUM_CLASSES, make_dataset
 
+    class SlowToTrace(keras.layers.Layer):  # a large model's first trace, in miniature
+        def call(self, x):
+            time.sleep(TRACE_S)  # Python: runs when traced, not per step
+            return x
+
+    def slow(x, y):  # input that takes its time
+        tf.numpy_function(lambda: time.sleep(0.03), [], [])
+        return x, y
+
+    began = time.monotonic()
     strategy = raytf.get_context().strategy  # was: tf.distribute.MirroredStrategy()
     with strategy.scope():
         model = keras.Sequential(
-            [keras.layers.Dense(32, activation="relu"), keras.layers.Dense(NUM_CLASSES)]
+            [
+                SlowToTrace(),
+                keras.layers.Dense(32, activation="relu"),
+                keras.layers.Dense(NUM_CLASSES),
+            ]
         )
         model.compile(
             optimizer="adam",
@@ -166,16 +184,43 @@ def tensorflow_idiom():
         )
     x, y = make_dataset(0)
     train_dataset = tf.data.Dataset.from_tensor_slices((x[:2048], y[:2048])).batch(64)
-    history = model.fit(train_dataset, epochs=3, verbose=0)
-    return history.history
+    val_dataset = tf.data.Dataset.from_tensor_slices((x[2048:2560], y[2048:2560])).batch(64)
+    history = model.fit(
+        train_dataset.map(slow),
+        epochs=3,
+        validation_data=val_dataset.map(lambda x, y: slow(*slow(*slow(x, y)))),
+        validation_freq=3,
+        verbose=0,
+    )
+    return {"history": history.history, "loop_s": time.monotonic() - began}
 
 
-def test_tensorflows_idiom_runs_with_its_strategy_line_changed(ray_cluster, storage):
+TRACE_S = 4.0
+HANG_TIMEOUT_S = 2.5
+
+
+def test_tensorflows_idiom_runs_with_its_strategy_line_changed_past_the_hang_timeout(
+    ray_cluster, storage
+):
+    """No raytf call in the loop, so every progress the driver sees is its own (the
+    optimizer's step counter), and its phases are declared by raytf (start-up, fit's
+    first trace, validation): none is a hang, although each is longer than the limit."""
     result = raytf.Trainer(
         tensorflow_idiom,
         scaling_config=raytf.ScalingConfig(num_workers=2),
-        run_config=raytf.RunConfig(storage_path=storage, verbose=0),
+        run_config=raytf.RunConfig(
+            storage_path=storage,
+            verbose=0,
+            failure_config=raytf.FailureConfig(hang_timeout_s=HANG_TIMEOUT_S),
+        ),
     ).fit()
-    first, second = result.worker_results
+    assert result.attempts == 1 and not result.failures
+    first, second = (r["history"] for r in result.worker_results)
     assert first == second  # global metrics: every rank reads the same values
     assert first["loss"][-1] < first["loss"][0]
+    assert len(first["val_loss"]) == 1
+    # Each epoch's metrics reached the driver with no callback in the loop.
+    assert result.history == first
+    assert [m["step"] for m in result.metrics_history] == [32, 64, 96]  # 2048 / 64 per epoch
+    # Silent to raytf (no report, no step_end) for several hang timeouts on end.
+    assert min(r["loop_s"] for r in result.worker_results) > 4 * HANG_TIMEOUT_S

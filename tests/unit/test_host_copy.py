@@ -3,6 +3,7 @@
 import os
 
 from raytf.rundir.checkpoints import step_dirname
+from raytf.settings import Settings
 from raytf.worker import host_copy
 from raytf.worker.host_copy import HostCopy
 
@@ -95,3 +96,34 @@ def test_drop_also_removes_older_steps_that_earlier_attempts_kept(tmp_path):
     _write(last, 980)
     last.drop()
     assert not os.path.exists(last.dir)
+
+
+def test_a_new_run_sweeps_other_runs_stale_copies_and_keeps_live_ones(tmp_path):
+    stale = HostCopy("s3://bucket/runs/killed", str(tmp_path))
+    live = HostCopy("s3://bucket/runs/live", str(tmp_path))
+    _write(stale, 20)
+    _write(live, 20)
+    day_ago = os.path.getmtime(live.dir) - 2 * 86400
+    os.utime(stale.dir, (day_ago, day_ago))
+    settings = Settings(host_copy_dir=str(tmp_path), host_copy_max_age_s=86400)
+    mine = host_copy.node_copy("s3://bucket/runs/new", settings, sweep=True)
+    assert not os.path.exists(stale.dir)
+    assert os.path.isdir(os.path.join(live.dir, step_dirname(20)))
+    # A node's other ranks do not sweep; the sweeping run's own copies are never touched.
+    os.utime(live.dir, (day_ago, day_ago))
+    host_copy.node_copy("s3://bucket/runs/new", settings, sweep=False)
+    assert os.path.isdir(live.dir)
+    _write(mine, 40)
+    os.utime(mine.dir, (day_ago, day_ago))
+    assert mine.sweep(86400) == [live.dir]
+    assert os.path.isdir(os.path.join(mine.dir, step_dirname(40)))
+
+
+def test_the_sweep_leaves_a_copy_being_written(tmp_path):
+    """A run that checkpoints less than daily is still live while it writes a copy."""
+    slow = HostCopy("s3://bucket/runs/daily", str(tmp_path))
+    slow.staging()  # a copy being written now
+    old = os.path.getmtime(slow.dir) - 2 * 86400
+    os.utime(slow.dir, (old, old))
+    assert HostCopy("s3://bucket/runs/new", str(tmp_path)).sweep(86400) == []
+    assert os.path.isdir(slow.dir)

@@ -9,7 +9,7 @@ from raytf.keras.loop import FitSpec
 from raytf.keras.steps import check_step_mode
 from raytf.keras.trainer import check_fit_options
 from raytf.result import history_from_reports
-from raytf.worker.checkpointer import _crossed
+from raytf.worker.save_schedule import SaveSchedule, crossed
 from raytf.worker.user_fn import call_user
 
 pytestmark = pytest.mark.unit
@@ -73,9 +73,31 @@ def test_history_keeps_epoch_ends_only_in_order():
 
 
 def test_interval_checkpoints_fire_when_a_multi_step_call_crosses_a_multiple():
-    assert _crossed(16, 20, 20) and _crossed(18, 22, 20)
-    assert not _crossed(20, 24, 20) and not _crossed(21, 39, 20)
-    assert _crossed(None, 40, 20) and not _crossed(None, 41, 20)
+    assert crossed(16, 20, 20) and crossed(18, 22, 20)
+    assert not crossed(20, 24, 20) and not crossed(21, 39, 20)
+    assert crossed(None, 40, 20) and not crossed(None, 41, 20)
+
+
+def test_an_interval_inside_a_fit_epoch_is_saved_at_the_epochs_end():
+    """Keras's fit resumes at epoch starts only: an interval crossed at a step it cannot
+    resume from is owed to the next resumable step (one save, however many crossed).
+    Seen: 20-step intervals in a 120-step epoch, a kill at step 95, a resume from 80
+    that replayed the whole epoch and ended at step 200."""
+    schedule = SaveSchedule(rank=0, world_size=2, every_steps=20)
+    schedule.last = 0
+    saves = []
+    for step in range(1, 121):  # one epoch, its last step resumable (steps known)
+        reason, _ = schedule.due(step, resumable=step == 120)
+        saves += [(step, reason)] if reason else []
+    assert saves == [(120, "interval")]
+    for step in range(121, 241):  # an epoch of unknown length: its last batch ends twice
+        assert schedule.due(step, resumable=False) == (None, None)
+    assert schedule.due(240, resumable=True) == ("interval", None)
+    for step in range(241, 251):  # nothing crossed since: nothing owed at the next end
+        assert schedule.due(step, resumable=False) == (None, None)
+    assert schedule.due(250, resumable=True) == (None, None)
+    # Every resumable step: intervals as before.
+    assert [s for s in range(251, 301) if schedule.due(s, True)[0]] == [260, 280, 300]
 
 
 def test_user_functions_get_the_config_only_when_they_ask():

@@ -3,6 +3,7 @@
 from raytf.config import FailureConfig
 from raytf.driver.watchdog import Watchdog
 from raytf.errors import WorkerHangError
+from raytf.messages import Phase
 
 CONFIG = FailureConfig(hang_timeout_s=10.0, unresponsive_timeout_s=5.0)
 
@@ -110,3 +111,43 @@ def test_a_rank_is_silent_only_for_time_the_driver_listened():
     # endpoint that went away) asks again when it is back: nobody is silent for that.
     assert unanswered_for({0: 18.0, 1: 18.0}, listened=18.2, for_s=5.0) == []
     assert unanswered_for({}, listened=100.0, for_s=5.0) == []  # every rank answered
+
+
+def test_a_silent_phase_within_its_limit_holds_the_hang_clock_and_one_past_it_is_named():
+    config = FailureConfig(hang_timeout_s=10.0, unresponsive_timeout_s=5.0, phase_timeout_s=60.0)
+    dog = Watchdog(config, now=100.0)
+    # Rank 0 restores for 50 s; rank 1 waits, silent, in its first collective.
+    dog.on_phases(0, (Phase("restore", 50.0),), 150.0)
+    dog.on_phases(1, (), 150.0)
+    assert dog.check(150.0, nobody_silent) is None
+    # The phase ends: the hang clock starts again from the last check, not from 100.
+    dog.on_phases(0, (), 151.0)
+    assert dog.check(159.9, nobody_silent) is None
+    assert "no progress for 10 s" in str(dog.check(160.0, nobody_silent))
+    # Past the default limit, or past the loop's own.
+    dog.on_phases(1, (Phase("checkpoint save", 61.0),), 161.0)
+    assert str(dog.check(161.0, nobody_silent)) == (
+        "rank 1: checkpoint save has been silent for 61 s, past its limit of 60 s (phase_timeout_s)"
+    )
+    dog.on_phases(1, (Phase("building the index", 31.0, limit_s=30.0),), 162.0)
+    assert "past its limit of 30 s (the loop's limit)" in str(dog.check(162.0, nobody_silent))
+    # A silent rank is found first, as fast as before, whatever phase another is in.
+    dog.on_phases(1, (Phase("restore", 1.0),), 163.0)
+    assert "ranks [0] answered no poll" in str(dog.check(163.0, Silent([0])))
+
+
+def test_a_phase_ages_on_the_drivers_clock_between_polls():
+    """A rank whose polls stop mid-phase (unresponsive_timeout_s=None) cannot hold the
+    hang clock at the age it last said."""
+    config = FailureConfig(hang_timeout_s=10.0, unresponsive_timeout_s=None, phase_timeout_s=60.0)
+    dog = Watchdog(config, now=100.0)
+    dog.on_phases(0, (Phase("restore", 20.0),), 100.0)
+    assert dog.check(139.0, nobody_silent) is None
+    assert "restore has been silent for 61 s" in str(dog.check(141.0, nobody_silent))
+
+
+def test_a_new_attempt_forgets_the_last_attempts_phases():
+    dog = Watchdog(CONFIG, now=100.0)
+    dog.on_phases(0, (Phase("restore", 5.0),), 100.0)
+    dog.attempt_started(200.0, restored_step=10)
+    assert "no progress for 10 s" in str(dog.check(210.0, nobody_silent))

@@ -136,12 +136,12 @@ def test_non_chief_reports_only_its_state_file(storage, parts):
 
 
 def test_agreed_target_saves_at_the_first_boundary_at_or_after_it(storage, parts):
-    # What _agree_on_next_step (chief) or the watcher thread (other ranks) sets once
+    # What agree_on_next_step (chief) or the watcher thread (other ranks) sets once
     # the key-value store round is done.
     model, optimizer = make_model(0)
     ck = checkpointer(storage, parts)
     ck.track({"model": model, "optimizer": optimizer})
-    ck._target = (7, "time")
+    ck.schedule._target = (7, "time")
     ck.step_end(5)
     ck.step_end(6)
     assert parts == []
@@ -154,7 +154,7 @@ def test_an_agreed_target_on_an_interval_step_saves_once_with_its_reason(storage
     model, optimizer = make_model(0)
     ck = checkpointer(storage, parts, every_steps=5)
     ck.track({"model": model, "optimizer": optimizer})
-    ck._target = (5, "termination")
+    ck.schedule._target = (5, "termination")
     for step in range(1, 11):
         ck.step_end(step)
     assert [(p.step, p.reason) for p in parts] == [(5, "termination"), (10, "interval")]
@@ -165,7 +165,7 @@ def test_a_termination_request_outranks_a_timer_request(storage, parts):
     ck.request("time")
     ck.request("termination")
     ck.request("time")
-    assert ck._pending_reason == "termination"
+    assert ck.schedule._pending == "termination"
 
 
 def test_save_now_writes_a_session_part_at_once(storage, parts):

@@ -1,0 +1,114 @@
+"""What Keras's own ``fit``, ``evaluate`` and ``predict`` get inside a raytf worker,
+with no raytf call in the loop.
+
+- **Silent phases, declared** (``raytf.worker.liveness``). A ``fit`` call makes
+  no optimizer step until its first batch is traced (and, with
+  ``jit_compile``, compiled): minutes for a large model, and a second ``fit``
+  in the same loop traces again. ``evaluate`` and ``predict`` -- also
+  ``fit``'s validation, which calls ``evaluate`` -- make none at all. So
+  ``fit`` opens a phase that lasts until the first progress, ``evaluate`` and
+  ``predict`` one that lasts the call; each is timed against
+  ``FailureConfig.phase_timeout_s`` instead of ``hang_timeout_s``.
+- **Epoch metrics on the driver.** A ``fit`` given no raytf callback reports
+  each epoch's logs (``step`` = the optimizer's step count), so the driver's
+  progress line, ``raytf status``, the records and ``Result.history`` have
+  them. Epoch ends only: a callback with batch hooks would make Keras turn
+  every step's logs into numbers (a device sync per step). A loop that passes
+  raytf's callback (``raytf.keras``, ``raytf.integrations.ray_train``)
+  reports through it, not twice.
+
+They wrap Keras's public methods on ``keras.Model`` (delegating to them, no
+private API). tf_keras's ``fit`` (``TF_USE_LEGACY_KERAS=1``) is not wrapped:
+its training steps are seen by its optimizer's counter, its validation is not
+(a long one needs ``raytf.slow_phase`` or a larger ``hang_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from raytf.worker import liveness
+
+FIRST_STEP = "fit's first step (trace or compile)"
+_PHASES = {"evaluate": "evaluate (or fit's validation)", "predict": "predict"}
+_installed = False
+
+
+def _declared(method: Callable, name: str, until_progress: bool) -> Callable:
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        watch = liveness.current()
+        if watch is None:
+            return method(self, *args, **kwargs)
+        with watch.phase(name, until_progress=until_progress):
+            return method(self, *args, **kwargs)
+
+    wrapper.__wrapped__ = method
+    return wrapper
+
+
+def _raytf_reports(callbacks: Any) -> bool:
+    """Does the loop already pass a callback of raytf's, or of a subclass of one?"""
+    return any(k.__module__.startswith("raytf.") for c in callbacks or () for k in type(c).__mro__)
+
+
+def _numbers(logs: dict | None) -> dict:
+    """The logs' plain numbers: another callback may have put anything in them."""
+    out = {}
+    for key, value in (logs or {}).items():
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _epoch_reporter():
+    import keras
+
+    from raytf.worker.context import get_context
+
+    class EpochReports(keras.callbacks.Callback):
+        """Each epoch's logs to the driver, as raytf's callback reports them."""
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            optimizer = getattr(self.model, "optimizer", None)
+            step = int(optimizer.iterations.numpy()) if optimizer is not None else None
+            report = {"epoch": epoch + 1, "epoch_end": True, **_numbers(logs)}
+            get_context().report(report if step is None else {"step": step, **report})
+
+    return EpochReports()
+
+
+def _with_reports(fit: Callable) -> Callable:
+    signature = inspect.signature(fit)
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        if liveness.current() is None:
+            return fit(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        if isinstance(callbacks, (list, tuple, type(None))) and not _raytf_reports(callbacks):
+            bound.arguments["callbacks"] = [*(callbacks or []), _epoch_reporter()]
+        return fit(*bound.args, **bound.kwargs)
+
+    wrapper.__wrapped__ = fit
+    return wrapper
+
+
+def install() -> None:
+    """Wrap ``keras.Model.fit``, ``evaluate`` and ``predict`` once per process."""
+    global _installed
+    if _installed:
+        return
+    import keras
+
+    fit = _with_reports(keras.Model.fit)
+    keras.Model.fit = _declared(fit, FIRST_STEP, until_progress=True)
+    for method, name in _PHASES.items():
+        setattr(keras.Model, method, _declared(getattr(keras.Model, method), name, False))
+    _installed = True

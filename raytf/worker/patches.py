@@ -1,0 +1,25 @@
+"""What raytf changes in a worker's libraries, once its strategy exists.
+
+Each change that leans on a private API is applied only when its probe
+passed (``raytf.worker.compat``; a failed probe is said on the driver's
+screen, once); the Keras hooks wrap public methods and apply wherever Keras 3 imports.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from raytf.worker import compat, keras_fit, keras_hooks, teardown
+
+logger = logging.getLogger("raytf")
+
+
+def install(report: compat.ProbeReport) -> None:
+    if report.ok(keras_fit.PROBE):
+        keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
+    if report.ok(compat.ITERATOR_REAPER):
+        teardown.install()  # a run ends when its last step does, not its pipeline's teardown
+    try:
+        keras_hooks.install()  # fit's first step, evaluate, predict: silent, declared
+    except Exception as exc:  # noqa: BLE001 - no Keras 3 here: nothing of it to wrap
+        logger.info("raytf: Keras's fit/evaluate/predict not wrapped (%s)", exc)
