@@ -26,6 +26,8 @@ metric variables (synchronized on read, summed) in cross-replica context,
 which all-reduces them over every worker. ``predict`` needed no change (its
 ``concat`` reduction gathers every worker's outputs in order).
 
+``jit_compile=True`` cannot work on CPU workers (XLA compiles only NCCL
+collectives; theirs are gRPC ring ones): refused at the call, with what to use.
 ``steps_per_execution > 1`` still cannot work: Keras runs the steps in a
 ``tf.while_loop`` whose conditional holds the collectives, and the graph fails
 with ``You must feed a value for placeholder tensor ...``; ``fit`` refuses it up
@@ -119,6 +121,20 @@ def check_steps_per_execution(model: Any) -> None:
         )
 
 
+def check_jit_compile(model: Any, has_gpus: bool) -> None:
+    """XLA compiles only NCCL collectives; CPU workers all-reduce over gRPC's ring, so a
+    jit-compiled Keras step (its all-reduce inside) fails at its first run with
+    "Only compiling NCCL/auto collective is supported, got: ring" (TF 2.21)."""
+    if getattr(model, "jit_compile", False) is True and not has_gpus:
+        raise KerasMultiWorkerError(
+            "model.compile(jit_compile=True) cannot run under multi-worker "
+            "MultiWorkerMirroredStrategy on CPU workers: XLA compiles only NCCL collectives "
+            "and CPU workers all-reduce over gRPC's ring; compile with jit_compile=False (or "
+            '"auto"), or use raytf.KerasTrainer(step_mode="xla"), which compiles the step '
+            "without its all-reduce"
+        )
+
+
 def install() -> bool:
     """Wrap Keras's two functions once per process; False (and a warning) if not applied."""
     global _installed
@@ -144,6 +160,9 @@ def install() -> bool:
         if iterator is None or strategy is None or not _is_multi_worker(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
         check_steps_per_execution(self)
+        import tensorflow as tf
+
+        check_jit_compile(self, bool(tf.config.list_logical_devices("GPU")))
         for _, _, it in iterator:
             data_batch = _local_values(strategy, next(it))
             break

@@ -195,8 +195,8 @@ def tensorflow_idiom():
     return {"history": history.history, "loop_s": time.monotonic() - began}
 
 
-TRACE_S = 4.0
-HANG_TIMEOUT_S = 2.5
+TRACE_S = 3.0
+HANG_TIMEOUT_S = 2.0
 
 
 def test_tensorflows_idiom_runs_with_its_strategy_line_changed_past_the_hang_timeout(

@@ -47,3 +47,17 @@ def test_steps_per_execution_above_one_is_refused_with_what_to_use():
         keras_fit.check_steps_per_execution(Model())
     Model.steps_per_execution = 1
     keras_fit.check_steps_per_execution(Model())
+
+
+def test_jit_compile_on_cpu_workers_is_refused_with_what_to_use():
+    """Seen on 2 CPU workers: "Only compiling NCCL/auto collective is supported, got:
+    ring" from the first step, after the trace. GPUs (NCCL) may compile it."""
+
+    class Model:
+        jit_compile = True
+
+    with pytest.raises(keras_fit.KerasMultiWorkerError, match=r"jit_compile=False .*xla"):
+        keras_fit.check_jit_compile(Model(), has_gpus=False)
+    keras_fit.check_jit_compile(Model(), has_gpus=True)
+    Model.jit_compile = "auto"  # resolved by Keras, never to True on CPU or under a strategy
+    keras_fit.check_jit_compile(Model(), has_gpus=False)
