@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -363,7 +364,9 @@ class RunConfig:
                 )
         object.__setattr__(self, "callbacks", tuple(self.callbacks))
         if self.name is None:
-            object.__setattr__(self, "name", time.strftime("raytf_%Y%m%d_%H%M%S"))
+            # Unique per launch: two runs started in one second never share a directory.
+            stamp = time.strftime("raytf_%Y%m%d_%H%M%S")
+            object.__setattr__(self, "name", f"{stamp}_{secrets.token_hex(3)}")
         elif not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise ConfigError(
                 f"RunConfig.name = {self.name!r}: use letters, digits, '_', '.' and '-' "

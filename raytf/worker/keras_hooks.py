@@ -16,6 +16,9 @@ with no raytf call in the loop.
   every step's logs into numbers (a device sync per step). A loop that passes
   raytf's callback (``raytf.keras``, ``raytf.integrations.ray_train``)
   reports through it, not twice.
+- **One progress bar.** With ``verbose="auto"`` (Keras's default) every rank
+  would print the same bar to the driver's screen; other ranks get
+  ``verbose=0`` (their logs keep everything else).
 
 They wrap Keras's public methods on ``keras.Model`` (delegating to them, no
 private API). tf_keras's ``fit`` (``TF_USE_LEGACY_KERAS=1``) is not wrapped:
@@ -83,20 +86,27 @@ def _epoch_reporter():
     return EpochReports()
 
 
-def _with_reports(fit: Callable) -> Callable:
-    signature = inspect.signature(fit)
+def _in_worker(method: Callable, reports: bool) -> Callable:
+    """Keras's progress bar on the chief's screen only (``verbose="auto"``: every rank
+    would print the same bar), and for ``fit`` (``reports``) the epoch reporter."""
+    signature = inspect.signature(method)
 
-    @functools.wraps(fit)
+    @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         if liveness.current() is None:
-            return fit(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        callbacks = bound.arguments.get("callbacks")
-        if isinstance(callbacks, (list, tuple, type(None))) and not _raytf_reports(callbacks):
-            bound.arguments["callbacks"] = [*(callbacks or []), _epoch_reporter()]
-        return fit(*bound.args, **bound.kwargs)
+            return method(self, *args, **kwargs)
+        from raytf.worker.context import get_context
 
-    wrapper.__wrapped__ = fit
+        bound = signature.bind(self, *args, **kwargs)
+        if bound.arguments.get("verbose", "auto") == "auto" and get_context().rank != 0:
+            bound.arguments["verbose"] = 0
+        callbacks = bound.arguments.get("callbacks")
+        if reports and isinstance(callbacks, (list, tuple, type(None))):
+            if not _raytf_reports(callbacks):
+                bound.arguments["callbacks"] = [*(callbacks or []), _epoch_reporter()]
+        return method(*bound.args, **bound.kwargs)
+
+    wrapper.__wrapped__ = method
     return wrapper
 
 
@@ -107,8 +117,9 @@ def install() -> None:
         return
     import keras
 
-    fit = _with_reports(keras.Model.fit)
+    fit = _in_worker(keras.Model.fit, reports=True)
     keras.Model.fit = _declared(fit, FIRST_STEP, until_progress=True)
     for method, name in _PHASES.items():
-        setattr(keras.Model, method, _declared(getattr(keras.Model, method), name, False))
+        quiet = _in_worker(getattr(keras.Model, method), reports=False)
+        setattr(keras.Model, method, _declared(quiet, name, False))
     _installed = True

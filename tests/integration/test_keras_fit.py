@@ -190,7 +190,6 @@ def tensorflow_idiom():
         epochs=3,
         validation_data=val_dataset.map(lambda x, y: slow(*slow(*slow(x, y)))),
         validation_freq=3,
-        verbose=0,
     )
     return {"history": history.history, "loop_s": time.monotonic() - began}
 
@@ -222,5 +221,12 @@ def test_tensorflows_idiom_runs_with_its_strategy_line_changed_past_the_hang_tim
     # Each epoch's metrics reached the driver with no callback in the loop.
     assert result.history == first
     assert [m["step"] for m in result.metrics_history] == [32, 64, 96]  # 2048 / 64 per epoch
+    # Keras's progress bar (verbose="auto") on the chief's screen only.
+    logs = os.path.join(result.path, "logs")
+    bars = []
+    for rank in (0, 1):
+        with open(os.path.join(logs, f"rank_{rank}.log"), encoding="utf-8") as f:
+            bars.append(f.read().count("━"))
+    assert bars[0] > 0 and bars[1] == 0, bars
     # Silent to raytf (no report, no step_end) for several hang timeouts on end.
     assert min(r["loop_s"] for r in result.worker_results) > 4 * HANG_TIMEOUT_S

@@ -65,6 +65,14 @@ def test_run_dir_is_storage_over_name(tmp_path):
     assert RunConfig().name.startswith("raytf_")
 
 
+def test_default_run_names_differ_within_one_second():
+    """Seen: two trainers started in one second shared a directory (the second could
+    resume from the first's checkpoints). A name given explicitly still resumes."""
+    names = {RunConfig().name for _ in range(50)}
+    assert len(names) == 50
+    assert RunConfig(name="again").name == "again"
+
+
 def test_trainer_checks_its_arguments():
     with pytest.raises(ConfigError, match="must be a function"):
         Trainer(42)
