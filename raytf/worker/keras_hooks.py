@@ -40,19 +40,6 @@ _PHASES = {"evaluate": "evaluate (or fit's validation)", "predict": "predict"}
 _installed = False
 
 
-def _declared(method: Callable, name: str, until_progress: bool) -> Callable:
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        watch = liveness.current()
-        if watch is None:
-            return method(self, *args, **kwargs)
-        with watch.phase(name, until_progress=until_progress):
-            return method(self, *args, **kwargs)
-
-    wrapper.__wrapped__ = method
-    return wrapper
-
-
 def _raytf_reports(callbacks: Any) -> bool:
     """Does the loop already pass a callback of raytf's, or of a subclass of one?"""
     return any(k.__module__.startswith("raytf.") for c in callbacks or () for k in type(c).__mro__)
@@ -86,14 +73,16 @@ def _epoch_reporter():
     return EpochReports()
 
 
-def _in_worker(method: Callable, reports: bool) -> Callable:
-    """Keras's progress bar on the chief's screen only (``verbose="auto"``: every rank
-    would print the same bar), and for ``fit`` (``reports``) the epoch reporter."""
+def _in_worker(method: Callable, phase: str, until_progress: bool, reports: bool) -> Callable:
+    """``method`` inside a raytf worker: its silent phase declared, Keras's progress bar on
+    the chief's screen only (``verbose="auto"``: every rank would print the same bar),
+    and for ``fit`` (``reports``) the epoch reporter."""
     signature = inspect.signature(method)
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        if liveness.current() is None:
+        watch = liveness.current()
+        if watch is None:
             return method(self, *args, **kwargs)
         from raytf.worker.context import get_context
 
@@ -104,7 +93,8 @@ def _in_worker(method: Callable, reports: bool) -> Callable:
         if reports and isinstance(callbacks, (list, tuple, type(None))):
             if not _raytf_reports(callbacks):
                 bound.arguments["callbacks"] = [*(callbacks or []), _epoch_reporter()]
-        return method(*bound.args, **bound.kwargs)
+        with watch.phase(phase, until_progress=until_progress):
+            return method(*bound.args, **bound.kwargs)
 
     wrapper.__wrapped__ = method
     return wrapper
@@ -117,9 +107,8 @@ def install() -> None:
         return
     import keras
 
-    fit = _in_worker(keras.Model.fit, reports=True)
-    keras.Model.fit = _declared(fit, FIRST_STEP, until_progress=True)
+    keras.Model.fit = _in_worker(keras.Model.fit, FIRST_STEP, until_progress=True, reports=True)
     for method, name in _PHASES.items():
-        quiet = _in_worker(getattr(keras.Model, method), reports=False)
-        setattr(keras.Model, method, _declared(quiet, name, False))
+        wrapped = _in_worker(getattr(keras.Model, method), name, False, reports=False)
+        setattr(keras.Model, method, wrapped)
     _installed = True

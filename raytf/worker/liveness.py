@@ -35,6 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from raytf.messages import Phase
@@ -59,6 +60,17 @@ def is_step_counter(variable: Any) -> bool:
         return False
 
 
+@dataclass
+class _Open:
+    """An open phase; ``since`` moves on at each progress inside it."""
+
+    name: str
+    since: float
+    limit_s: float | None
+    until_progress: bool  # ends at the first progress
+    quiet: bool  # step counters it changes are a new baseline, not progress
+
+
 class Liveness:
     """One worker's progress ticks and open phases; the poll reads ``view()``."""
 
@@ -67,8 +79,7 @@ class Liveness:
         self._sample_s = sample_s  # None: RAYTF_PROGRESS_SAMPLE_S, read when the loop starts
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        # key -> (name, since, limit_s, until_progress, quiet)
-        self._open: dict[int, tuple[str, float, float | None, bool, bool]] = {}
+        self._open: dict[int, _Open] = {}
         self._quiet_gen = 0  # quiet phases opened or closed (a read across one is not progress)
         self._rebase = False  # a quiet phase closed: the next read is a new baseline
         self._counters: list[weakref.ref] = []
@@ -82,11 +93,11 @@ class Liveness:
         now = self._clock()
         with self._lock:
             self.ticks += 1
-            for key, (name, _, limit, until, quiet) in list(self._open.items()):
-                if until:
+            for key, phase in list(self._open.items()):
+                if phase.until_progress:
                     del self._open[key]
                 else:
-                    self._open[key] = (name, now, limit, until, quiet)
+                    phase.since = now
 
     @contextlib.contextmanager
     def phase(
@@ -114,7 +125,7 @@ class Liveness:
     ) -> int:
         with self._lock:
             key = next(self._ids)
-            self._open[key] = (name, self._clock(), limit_s, until_progress, quiet)
+            self._open[key] = _Open(name, self._clock(), limit_s, until_progress, quiet)
             self._quiet_gen += quiet
         return key
 
@@ -123,7 +134,7 @@ class Liveness:
             phase = self._open.pop(key, None)
             if phase is not None:
                 self.ticks += 1
-                if phase[4]:
+                if phase.quiet:
                     self._quiet_gen += 1
                     self._rebase = True
 
@@ -131,9 +142,7 @@ class Liveness:
         """The ticks so far and each open phase with its age now."""
         now = self._clock()
         with self._lock:
-            phases = tuple(
-                Phase(name, now - since, limit) for name, since, limit, *_ in self._open.values()
-            )
+            phases = tuple(Phase(p.name, now - p.since, p.limit_s) for p in self._open.values())
             return self.ticks, phases
 
     # -- the optimizers' step counters ----------------------------------------------
@@ -194,7 +203,8 @@ class Liveness:
             if value is None:
                 continue
             with self._lock:
-                quiet = rebase or gen != self._quiet_gen or any(p[4] for p in self._open.values())
+                in_quiet = any(p.quiet for p in self._open.values())
+                quiet = rebase or gen != self._quiet_gen or in_quiet
             if value != last and not quiet:
                 self.progressed()
             last = value
