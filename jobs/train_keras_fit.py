@@ -52,34 +52,46 @@ def train_loop(config: dict) -> dict:
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
-    callback = raytf.keras.ReportCheckpointCallback(config["report_every"], config["batch_size"])
-    callbacks = [callback]
+    callbacks = []
     if config["step_sleep"]:  # tests: time to signal a worker mid-fit
         pause = keras.callbacks.LambdaCallback(
             on_train_batch_end=lambda *_, **__: time.sleep(config["step_sleep"])
         )
         callbacks.append(pause)
-    start = callback.restore(model)  # 0, or the step of the checkpoint resumed from
-    steps_per_epoch = config["steps_per_epoch"]
     x, y = make_dataset(config["seed"])
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
-    ds = ds.batch(config["batch_size"], drop_remainder=True).skip(start)
     xv, yv = validation_set(config["seed"])
     val = tf.data.Dataset.from_tensor_slices((xv, yv)).batch(config["batch_size"])
-    model.fit(
-        ds,
-        epochs=config["epochs"],
-        initial_epoch=callback.initial_epoch_for(steps_per_epoch),
-        steps_per_epoch=steps_per_epoch,
-        validation_data=val,
-        callbacks=callbacks,
-        verbose=0,
-    )
+    steps_per_epoch = config["steps_per_epoch"]
+    if config["plain"]:
+        # TensorFlow's idiom as written: no raytf callback, restore, initial_epoch or skip.
+        n = steps_per_epoch * config["batch_size"]
+        ds = tf.data.Dataset.from_tensor_slices((x[:n], y[:n])).batch(config["batch_size"])
+        history = model.fit(
+            ds, epochs=config["epochs"], validation_data=val, callbacks=callbacks, verbose=0
+        )
+    else:
+        callback = raytf.keras.ReportCheckpointCallback(
+            config["report_every"], config["batch_size"]
+        )
+        callbacks.insert(0, callback)
+        start = callback.restore(model)  # 0, or the step of the checkpoint resumed from
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+        ds = ds.batch(config["batch_size"], drop_remainder=True).skip(start)
+        history = model.fit(
+            ds,
+            epochs=config["epochs"],
+            initial_epoch=callback.initial_epoch_for(steps_per_epoch),
+            steps_per_epoch=steps_per_epoch,
+            validation_data=val,
+            callbacks=callbacks,
+            verbose=0,
+        )
     evaluation = model.evaluate(val, return_dict=True, verbose=0)
     predictions = model.predict(xv[:8], verbose=0)
     return {
         "weights_digest": weights_digest(model.get_weights()),
-        "steps": callback.step,
+        "steps": int(model.optimizer.iterations.numpy()),
+        "keras_history": history.history,
         "weights": [w.tolist() for w in model.get_weights()] if config["return_weights"] else None,
         "evaluate": {k: float(v) for k, v in evaluation.items()},
         "predictions": predictions.tolist(),
@@ -101,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--score-order", default="min", choices=("min", "max"))
     p.add_argument("--max-failures", type=int, default=0)
     p.add_argument("--return-weights", action="store_true")
+    p.add_argument(
+        "--plain", action="store_true", help="TensorFlow's idiom: no raytf callback in the loop"
+    )
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds after each step")
     p.add_argument("--storage", default=None)
     p.add_argument("--name", default=None)
@@ -122,6 +137,7 @@ def main(argv=None) -> dict:
             "report_every": args.report_every,
             "return_weights": args.return_weights,
             "step_sleep": args.step_sleep,
+            "plain": args.plain,
         },
         scaling_config=raytf.ScalingConfig(num_workers=args.workers),
         run_config=raytf.RunConfig(
@@ -144,6 +160,7 @@ def main(argv=None) -> dict:
     summary["evaluate"] = result.worker_results[0]["evaluate"]
     summary["predictions"] = result.worker_results[0]["predictions"]
     summary["weights"] = result.worker_results[0]["weights"]
+    summary["keras_history"] = result.worker_results[0]["keras_history"]
     print(json.dumps(summary, sort_keys=True), flush=True)
     return summary
 

@@ -172,6 +172,10 @@ class TrainContext:
             return 0
         return self._checkpointer.track(trackables)
 
+    def is_tracking(self) -> bool:
+        """Has ``restore`` named what this worker's checkpoints hold? (Once per worker.)"""
+        return self._checkpointer is not None and self._checkpointer.ckpt is not None
+
     def add_checkpoint_state(self, name: str, get: Any, set_: Any) -> None:
         """Keep JSON-able per-rank state (``get()`` / ``set_(value)``) in every checkpoint.
 

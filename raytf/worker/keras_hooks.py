@@ -9,13 +9,14 @@ with no raytf call in the loop.
   ``fit`` opens a phase that lasts until the first progress, ``evaluate`` and
   ``predict`` one that lasts the call; each is timed against
   ``FailureConfig.phase_timeout_s`` instead of ``hang_timeout_s``.
-- **Epoch metrics on the driver.** A ``fit`` given no raytf callback reports
-  each epoch's logs (``step`` = the optimizer's step count), so the driver's
-  progress line, ``raytf status``, the records and ``Result.history`` have
-  them. Epoch ends only: a callback with batch hooks would make Keras turn
-  every step's logs into numbers (a device sync per step). A loop that passes
-  raytf's callback (``raytf.keras``, ``raytf.integrations.ray_train``)
-  reports through it, not twice.
+- **raytf's checkpoints, at any step, resumed exactly** (``fit_resume``). A
+  ``fit`` given no raytf callback names its model and optimizer to raytf's
+  checkpoints, keeps its place in them (epoch, batch, input position, the
+  epoch's metric accumulators) and, on a restart, resumes where the checkpoint
+  was taken; it reports each epoch's logs (``step`` = the optimizer's step
+  count), so the driver's progress line, ``raytf status``, the records and
+  ``Result.history`` have them. A loop that passes raytf's callback
+  (``raytf.keras``, ``raytf.integrations.ray_train``) keeps its own way.
 - **One progress bar.** With ``verbose="auto"`` (Keras's default) every rank
   would print the same bar to the driver's screen; other ranks get
   ``verbose=0`` (their logs keep everything else).
@@ -45,38 +46,10 @@ def _raytf_reports(callbacks: Any) -> bool:
     return any(k.__module__.startswith("raytf.") for c in callbacks or () for k in type(c).__mro__)
 
 
-def _numbers(logs: dict | None) -> dict:
-    """The logs' plain numbers: another callback may have put anything in them."""
-    out = {}
-    for key, value in (logs or {}).items():
-        try:
-            out[str(key)] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-def _epoch_reporter():
-    import keras
-
-    from raytf.worker.context import get_context
-
-    class EpochReports(keras.callbacks.Callback):
-        """Each epoch's logs to the driver, as raytf's callback reports them."""
-
-        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            optimizer = getattr(self.model, "optimizer", None)
-            step = int(optimizer.iterations.numpy()) if optimizer is not None else None
-            report = {"epoch": epoch + 1, "epoch_end": True, **_numbers(logs)}
-            get_context().report(report if step is None else {"step": step, **report})
-
-    return EpochReports()
-
-
 def _in_worker(method: Callable, phase: str, until_progress: bool, reports: bool) -> Callable:
     """``method`` inside a raytf worker: its silent phase declared, Keras's progress bar on
     the chief's screen only (``verbose="auto"``: every rank would print the same bar),
-    and for ``fit`` (``reports``) the epoch reporter."""
+    and for ``fit`` (``reports``) raytf's checkpoints and reports (``fit_resume``)."""
     signature = inspect.signature(method)
 
     @functools.wraps(method)
@@ -90,10 +63,12 @@ def _in_worker(method: Callable, phase: str, until_progress: bool, reports: bool
         if bound.arguments.get("verbose", "auto") == "auto" and get_context().rank != 0:
             bound.arguments["verbose"] = 0
         callbacks = bound.arguments.get("callbacks")
-        if reports and isinstance(callbacks, (list, tuple, type(None))):
-            if not _raytf_reports(callbacks):
-                bound.arguments["callbacks"] = [*(callbacks or []), _epoch_reporter()]
         with watch.phase(phase, until_progress=until_progress):
+            if reports and isinstance(callbacks, (list, tuple, type(None))):
+                if not _raytf_reports(callbacks):
+                    from raytf.worker import fit_resume
+
+                    return fit_resume.fit(method, bound, get_context())
             return method(*bound.args, **bound.kwargs)
 
     wrapper.__wrapped__ = method

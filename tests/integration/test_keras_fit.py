@@ -6,6 +6,8 @@ tests; the SIGKILL test runs the same arguments and must end with the same weigh
 """
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from raytf.rundir.storage import Storage
 
 from .jobrun import ROOT, JobRun
 from .test_keras import forward
+from .test_recovery import manifests
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +131,44 @@ def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster
     assert "restored step 16" in run.output()
 
 
+# TensorFlow's idiom as written (no raytf callback, restore, initial_epoch or skip): a finite
+# dataset of 32 batches per epoch, checkpoints every 5 steps, so most fall in mid-epoch.
+PLAIN = ["--plain", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
+PLAIN += ["--seed", str(SEED), "--checkpoint-every", "5", "--max-failures", "1"]
+PLAIN += ["--step-sleep", "0.05"]
+
+
+def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_env, storage):
+    """SIGKILL at step 40 (epoch 2, batch 8) or a little later, in a fit with no raytf
+    call in the loop: the same fit call resumes at the next batch, with the epoch's
+    metric accumulators, and ends with the uninterrupted run's weights and History."""
+    ref = JobRun(storage, "plain-ref", *PLAIN, env=cluster_env, job=FIT_JOB).start()
+    rc, reference = ref.finish()
+    assert rc == 0 and reference, ref.output()[-3000:]
+    assert reference["steps"] == 96 and len(reference["keras_history"]["loss"]) == 3
+    run = JobRun(storage, "plain-kill", *PLAIN, env=cluster_env, job=FIT_JOB).start()
+    try:
+        before = run.wait_for(step=40)
+        run.signal_worker(1, signal.SIGKILL, before)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    # Resumed in mid-epoch 2 (steps 33..64), right after the survivor's last step.
+    restored = {int(m) for m in re.findall(r"restored step (\d+)", run.output())}
+    assert len(restored) == 1 and 40 <= min(restored) < 64, restored
+    step = restored.pop()
+    assert step >= before["last_step"]  # no step the driver saw done was redone
+    # The survivor's last step: its emergency checkpoint, or the interval commit of it.
+    reason = next(m["reason"] for m in manifests(run.run_dir) if m["step"] == step)
+    assert reason == "emergency" or step % 5 == 0, (step, reason)
+    assert summary["steps"] == 96  # not an epoch replayed
+    assert summary["keras_history"] == reference["keras_history"]
+    assert summary["history"] == reference["history"]
+    assert summary["weights_digest"] == reference["weights_digest"]
+
+
 def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, storage):
     """Its own MWMS, TF_CONFIG read by hand, report(checkpoint=), get_checkpoint() after a
     SIGKILL, world rank and size from the context."""
@@ -228,5 +269,8 @@ def test_tensorflows_idiom_runs_with_its_strategy_line_changed_past_the_hang_tim
         with open(os.path.join(logs, f"rank_{rank}.log"), encoding="utf-8") as f:
             bars.append(f.read().count("━"))
     assert bars[0] > 0 and bars[1] == 0, bars
+    # Its input runs Python (tf.numpy_function): no exact mid-epoch position, and it says so.
+    with open(os.path.join(logs, "rank_0.log"), encoding="utf-8") as f:
+        assert "fit checkpoints at epoch ends only: Python code in the pipeline (PyFunc" in f.read()
     # Silent to raytf (no report, no step_end) for several hang timeouts on end.
     assert min(r["loop_s"] for r in result.worker_results) > 4 * HANG_TIMEOUT_S

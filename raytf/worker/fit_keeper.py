@@ -1,0 +1,116 @@
+"""The callback raytf adds to a ``fit`` call with no raytf callback: it keeps the call's
+place for raytf's checkpoints (``raytf.worker.fit_resume``) and reports each epoch.
+
+A step is handed to raytf (``step_end``, where a checkpoint the run asks for is
+taken) when the next batch begins or the epoch ends, not when it finishes: only
+then is it known whether the step was the epoch's last (an epoch of unknown
+length ends when its data does), and a checkpoint at an epoch's last step must
+be the epoch's end, taken after its validation and its report.
+
+Reports are per epoch, so the driver's history is Keras's ``History``. Keras's
+TF backend turns every batch's logs into numbers whether or not a callback
+has batch hooks (``IS_THREAD_SAFE`` is False for TF: no async dispatch), so
+these hooks add no device sync of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from raytf.worker.fit_position import InputKind, Position
+from raytf.worker.metric_state import MetricState
+
+
+def numbers(logs: dict | None) -> dict:
+    """The logs' plain numbers: another callback may have put anything in them."""
+    out = {}
+    for key, value in (logs or {}).items():
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+class Keeper(keras.callbacks.Callback):
+    """The place of one ``fit`` call: the state raytf's checkpoints hold for it."""
+
+    def __init__(self, ctx: Any, at: Position, kind: InputKind, tracked: bool, saved: dict | None):
+        super().__init__()
+        self.ctx = ctx
+        self.call, self.epoch, self.batch, self.drawn = at.call, at.epoch, at.batch, at.drawn
+        self.steps = kind.steps
+        # Mid-epoch steps resumable only when the input's position is exact and the
+        # checkpoint holds this call's place (not a loop's own restore()).
+        self.exact = tracked and kind.why_not_exact is None
+        self.epochs_logs = [(int(e), dict(logs)) for e, logs in (saved or {}).get("epochs", [])]
+        self.restored_epochs = list(self.epochs_logs)
+        self._saved_metrics = (saved or {}).get("metrics") if at.batch else None
+        self._metric_state: MetricState | None = None
+        self._pending = False
+        self.step = 0
+
+    # -- the checkpoint's state ----------------------------------------------------
+    def state(self) -> dict:
+        """JSON-able; every rank calls it at the same step (the metrics' one all-reduce)."""
+        doc = {
+            "call": self.call,
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "drawn": self.drawn,
+            "epochs": [[e, logs] for e, logs in self.epochs_logs],
+        }
+        if self.batch:  # an epoch's start resets them: nothing to keep
+            doc["metrics"] = self._metrics().capture()
+        return doc
+
+    def _metrics(self) -> MetricState:
+        if self._metric_state is None:  # Keras builds them at fit's start, not before
+            strategy = self.ctx.strategy
+            local = int(strategy.num_replicas_in_sync) // self.ctx.world_size
+            variables = [v for m in self.model.metrics for v in m.variables]
+            self._metric_state = MetricState(strategy, variables, self.ctx.rank * local)
+        return self._metric_state
+
+    # -- Keras's hooks ------------------------------------------------------------
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.step = int(self.model.optimizer.iterations.numpy())
+        epochs = (self.params or {}).get("epochs")
+        if self.steps and epochs:
+            left = (int(epochs) - self.epoch) * self.steps - self.batch
+            self.ctx.set_total_steps(self.step + left)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch = epoch
+        if self._saved_metrics is not None:  # after Keras's reset_metrics() at the start
+            self._metrics().restore(self._saved_metrics)
+            self._saved_metrics = None
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._pending:  # the step before was not the epoch's last
+            self._pending = False
+            self.ctx.step_end(self.step, resumable=self.exact)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.step += 1
+        self.batch += 1
+        self.drawn += 1
+        self._pending = True
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        values = numbers(logs)
+        self.epochs_logs.append((epoch, values))
+        report = {"step": self.step, "epoch": epoch + 1, "epoch_end": True, **values}
+        self.ctx.report(report)
+        self.epoch, self.batch, self._pending = epoch + 1, 0, False
+        # After the report: a checkpoint at an epoch's end never lacks that epoch's logs.
+        self.ctx.step_end(self.step, resumable=True)
+
+    def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.ctx.heartbeat()  # fit's validation is work, not a hang
+
+    def finished(self, epochs: int) -> None:
+        """The call returned: a save after it holds a place with nothing left to run."""
+        self.epoch, self.batch, self._pending = max(self.epoch, int(epochs)), 0, False

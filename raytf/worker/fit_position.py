@@ -1,0 +1,173 @@
+"""Where a Keras ``fit`` call stands, and the ``fit`` calls that resume it there exactly.
+
+A distributed dataset iterator cannot be checkpointed (tensorflow#56372), and
+Keras's ``fit`` starts only at an epoch's first batch. What can be restored is
+the input's *position*: the number of batches the call has drawn. Keras's own
+rules say which stream a batch comes from (``keras.src.trainers.epoch_iterator``):
+
+- **epochs** (``steps_per_epoch`` not given): every epoch iterates the dataset
+  afresh, so batch ``b`` of epoch ``e`` is the dataset's element ``b``; the
+  epoch ends when the data does.
+- **stream** (``steps_per_epoch`` given, an infinite dataset): one iterator for
+  the whole call, so the batch after ``d`` drawn is the dataset's element ``d``.
+
+Resuming is then Keras's own ``fit`` on ``dataset.skip(n)``, one call for the
+rest of the interrupted epoch (``batch_offset`` keeps the callbacks' batch
+numbers and the progress bar where the epoch was) and one for the epochs
+after it. Skipping is exact only if the dataset gives the same elements in the
+same order every time it is built: ``why_not_exact`` reads its graph for
+what does not (an unseeded or per-epoch reshuffle, stateful random ops,
+non-deterministic parallel ops, Python code TF cannot see into).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+EPOCHS, STREAM = "epochs", "stream"
+
+# Ops whose output differs from one run (or one iterator) to the next.
+_RANDOM_PREFIXES = ("Random", "Stateful", "Multinomial", "TruncatedNormal", "ParameterizedTrunc")
+_RANDOM_OPS = {"RngReadAndSkip", "RngSkip", "NonDeterministicInts"}
+_PYTHON_OPS = {"PyFunc", "EagerPyFunc", "PyFuncStateless", "GeneratorDataset"}
+_SHUFFLES = ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset")
+
+
+@dataclass(frozen=True)
+class Position:
+    """The next batch of one ``fit`` call: what a checkpoint holds to resume it."""
+
+    call: int  # which fit call of this worker process (0-based)
+    epoch: int  # the epoch the next batch belongs to
+    batch: int  # batches of that epoch already done
+    drawn: int  # batches the call has drawn from its input (the skip in stream mode)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One ``fit`` call that runs part of the interrupted one."""
+
+    skip: int  # dataset elements to skip
+    initial_epoch: int
+    epochs: int
+    steps_per_epoch: int | None
+    batch_offset: int  # batch numbers the callbacks see are shifted by this
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """How ``fit``'s input is read, and why a mid-epoch position would not be exact."""
+
+    mode: str  # EPOCHS or STREAM
+    why_not_exact: str | None  # None: any step can be resumed exactly
+    steps: int | None  # steps per epoch, when known before the epoch ends
+
+
+def resume_calls(at: Position, epochs: int, kind: InputKind) -> list[Call]:
+    """The ``fit`` calls that finish a call of ``epochs`` epochs from ``at``."""
+    if at.epoch >= epochs:
+        return []  # the call had finished: nothing left of it
+    spe = kind.steps if kind.mode == STREAM else None
+    if at.batch == 0:
+        return [Call(at.drawn if spe else 0, at.epoch, epochs, spe, 0)]
+    rest = Call(at.drawn if spe else at.batch, at.epoch, at.epoch + 1, None, at.batch)
+    if spe:
+        rest = Call(at.drawn, at.epoch, at.epoch + 1, spe - at.batch, at.batch)
+    calls = [rest]
+    if at.epoch + 1 < epochs:
+        skip = at.drawn + spe - at.batch if spe else 0
+        calls.append(Call(skip, at.epoch + 1, epochs, spe, 0))
+    return calls
+
+
+def classify(x: Any, steps_per_epoch: int | None) -> InputKind:
+    """How ``fit(x, steps_per_epoch=...)`` reads ``x``."""
+    import tensorflow as tf
+
+    if not isinstance(x, tf.data.Dataset):
+        what = type(x).__name__
+        return InputKind(EPOCHS, f"the input is a {what}, not a tf.data.Dataset", steps_per_epoch)
+    card = int(x.cardinality())
+    if steps_per_epoch is None:
+        steps = card if card >= 0 else None
+        return InputKind(EPOCHS, why_not_exact(x, reiterated=True), steps)
+    if card == tf.data.INFINITE_CARDINALITY:
+        return InputKind(STREAM, why_not_exact(x, reiterated=False), int(steps_per_epoch))
+    why = (
+        "steps_per_epoch with a dataset of finite length: Keras keeps one iterator across "
+        "epochs and restarts it when it runs out; repeat() the dataset, or leave "
+        "steps_per_epoch out"
+    )
+    return InputKind(STREAM, why, int(steps_per_epoch))
+
+
+def why_not_exact(dataset: Any, reiterated: bool) -> str | None:
+    """Why ``dataset.skip(n)`` after a restart might not give the batches the run would
+    have got, or None. ``reiterated``: every epoch builds a new iterator (a per-iteration
+    reshuffle then gives epoch ``e`` another order than the first)."""
+    try:
+        graph = _graph(dataset)
+    except Exception as exc:  # noqa: BLE001 - a dataset TF cannot serialize: we cannot tell
+        return f"its graph cannot be read ({type(exc).__name__}: {exc})"
+    if dataset.options().deterministic is False:
+        return "options().deterministic is False"
+    nodes = {n.name: n for n in graph.node}
+    for node in graph.node:
+        if node.op in _SHUFFLES:
+            why = _shuffle_issue(node, nodes, reiterated)
+            if why:
+                return why
+        why = _op_issue(node)
+        if why:
+            return why
+    for function in graph.library.function:
+        for node in function.node_def:
+            why = _op_issue(node)
+            if why:
+                return why
+    return None
+
+
+def _graph(dataset: Any):
+    from tensorflow.core.framework import graph_pb2
+
+    graph = graph_pb2.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())
+    return graph
+
+
+def _const_int(nodes: dict, name: str) -> int | None:
+    node = nodes.get(name.split(":")[0].lstrip("^"))
+    if node is None or node.op != "Const":
+        return None
+    values = list(node.attr["value"].tensor.int64_val)
+    return int(values[0]) if values else None
+
+
+def _shuffle_issue(node: Any, nodes: dict, reiterated: bool) -> str | None:
+    seeds = [_const_int(nodes, name) for name in node.input[2:4]]
+    if seeds == [0, 0]:
+        return "shuffle() without a seed: its order differs on every run"
+    reshuffles = (
+        node.attr["reshuffle_each_iteration"].b
+        if "reshuffle_each_iteration" in (node.attr)
+        else True
+    )
+    if reiterated and reshuffles:
+        return (
+            "shuffle(reshuffle_each_iteration=True) in a dataset read afresh each epoch: after a "
+            "restart the epoch's order would be the first epoch's"
+        )
+    return None
+
+
+def _op_issue(node: Any) -> str | None:
+    op = node.op
+    if op in _PYTHON_OPS:
+        return f"Python code in the pipeline ({op}: from_generator, py_function): TF cannot tell"
+    if op in _RANDOM_OPS or (op.startswith(_RANDOM_PREFIXES) and "Stateless" not in op):
+        return f"a stateful random op in the pipeline ({op}): use tf.random.stateless_*"
+    if op.startswith("Parallel") and node.attr["deterministic"].s == b"false":
+        return f"{op} with deterministic=False"
+    return None

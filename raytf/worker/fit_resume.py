@@ -1,0 +1,226 @@
+"""Keras's own ``model.fit``, with no raytf callback, checkpointed at any step and resumed
+exactly where the checkpoint was taken.
+
+The first ``fit`` call of a worker names the model and its optimizer to raytf's
+checkpoints (restoring them when the run resumes), and a callback raytf adds
+to the call keeps its place in them: the call, the epoch, the batch, the
+batches drawn from the input (``raytf.worker.fit_position``), the epoch's
+metric accumulators (every replica's partials, ``raytf.worker.metric_state``)
+and the epochs already done. On a restart the same ``fit`` call, unchanged,
+finds that place: its input is skipped to the next batch, the accumulators are
+put back after Keras resets them at the epoch's start, the callbacks see the
+epoch and batch numbers they would have seen, and the ``History`` it returns
+has every epoch. ``fit`` calls a resumed worker had finished before the
+checkpoint return at once (their ``History`` holds no epoch).
+
+Each step is resumable when the input's position is exact; when it is not
+(``why_not_exact``), steps are resumable only at epoch ends, and the worker
+says why once: a save the run asks for in mid-epoch waits for the epoch's end.
+
+A loop that passes raytf's callback, or names its own state with
+``raytf.get_context().restore(...)``, keeps doing so: ``fit`` then only
+reports and checkpoints at epoch ends, as raytf's callback would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raytf.errors import ConfigError
+from raytf.worker.fit_keeper import Keeper
+from raytf.worker.fit_position import Call, Position, classify, resume_calls
+
+STATE_NAME = "keras_fit"
+
+
+class _Worker:
+    """What one worker knows about its ``fit`` calls in one attempt of one run (a kept
+    process serves several: a new context starts it afresh)."""
+
+    def __init__(self, ctx: Any = None):
+        self.ctx = ctx
+        self.calls = 0  # fit calls started in this process
+        self.model: Any = None  # the model raytf's checkpoints hold (tracked by the first fit)
+        self.untracked_said = False
+        self.saved: dict | None = None  # the restored place, until its call has used it
+        self.live: Any = None  # the callback of the call running now (the state's source)
+
+    def state(self) -> dict | None:
+        return None if self.live is None else self.live.state()
+
+    def restore(self, doc: Any) -> None:
+        self.saved = doc if isinstance(doc, dict) else None
+
+
+_current = _Worker()
+
+
+def _worker_of(ctx: Any) -> _Worker:
+    """This attempt's record: a new context (a new attempt, or a kept process's next
+    run) starts a new one, so no place carries over."""
+    global _current
+    if _current.ctx is not ctx:
+        _current = _Worker(ctx)
+    return _current
+
+
+def _track(worker: _Worker, model: Any, x: Any, ctx: Any) -> bool:
+    """Name ``model`` to raytf's checkpoints (restoring it if the run resumes) at the
+    worker's first ``fit``; True when this call's steps are checkpointed by raytf."""
+    if worker.model is not None:
+        return worker.model is model
+    if ctx.is_tracking() or model.optimizer is None:
+        return False
+    if not model.built and not _build(model, x, ctx.strategy):
+        return False
+    ctx.add_checkpoint_state(STATE_NAME, worker.state, worker.restore)
+    ctx.restore(model=model, optimizer=model.optimizer)
+    worker.model = model
+    return True
+
+
+def _build(model: Any, x: Any, strategy: Any) -> bool:
+    """Create the variables of a model made without ``keras.Input`` (Keras builds it at
+    ``fit``'s start, after the restore must have run) by calling it on the input's
+    first batch, as Keras's symbolic build would; every run of the loop does alike."""
+    import keras
+    import tensorflow as tf
+
+    if not isinstance(x, tf.data.Dataset):
+        return False
+    inputs, _, _ = keras.utils.unpack_x_y_sample_weight(next(iter(x.take(1))))
+    with strategy.scope():
+        model(inputs, training=False)
+    return bool(model.built)
+
+
+def _say_untracked(worker: _Worker, model: Any, ctx: Any) -> None:
+    if worker.untracked_said:
+        return
+    worker.untracked_said = True
+    if ctx.is_tracking() and worker.model is None:
+        return  # the loop named its own state: its checkpoints are its own
+    why = "not built: start it with keras.Input" if not model.built else "another model"
+    print(
+        f"[raytf] rank {ctx.rank}: fit on a model raytf's checkpoints do not hold ({why}): "
+        "its steps are reported, not checkpointed",
+        flush=True,
+    )
+
+
+def fit(method: Any, bound: Any, ctx: Any) -> Any:
+    """Run Keras's ``fit`` (``method`` with its arguments ``bound``) as described above."""
+    import keras
+
+    worker = _worker_of(ctx)
+    model, args = bound.arguments["self"], bound.arguments
+    index, worker.calls = worker.calls, worker.calls + 1
+    tracked = _track(worker, model, args.get("x"), ctx)
+    if not tracked:
+        _say_untracked(worker, model, ctx)
+    epochs = int(args.get("epochs", 1))
+    kind = classify(args.get("x"), args.get("steps_per_epoch"))
+    saved, worker.saved = worker.saved, None
+    if saved is not None and int(saved.get("call", 0)) > index:
+        worker.saved = saved  # a later call's place: this one had finished
+        print(f"[raytf] rank {ctx.rank}: fit call {index + 1} had finished before the checkpoint")
+        return keras.callbacks.History()
+    resumed = saved if saved is not None and int(saved.get("call", -1)) == index else None
+    at = _place(resumed, index, int(args.get("initial_epoch", 0)), kind)
+    if resumed is None and kind.why_not_exact and tracked and ctx.is_chief:
+        print(f"[raytf] fit checkpoints at epoch ends only: {kind.why_not_exact}", flush=True)
+    calls = resume_calls(at, epochs, kind)
+    keeper = Keeper(ctx, at, kind, tracked, resumed)
+    verbose = args.get("verbose", "auto")
+    callbacks = _Spliced(
+        [*(args.get("callbacks") or []), keeper],
+        add_history=True,
+        add_progbar=verbose != 0,
+        verbose=verbose,
+        epochs=epochs,
+        steps=kind.steps,
+        model=model,
+    )
+    worker.live = keeper  # kept after the call: a later save holds its end
+    for n, call in enumerate(calls):
+        callbacks.splice(call, first=n == 0, last=n == len(calls) - 1)
+        one = _call_args(bound, call, callbacks)
+        method(*one.args, **one.kwargs)
+        if model.stop_training and n < len(calls) - 1:  # the callbacks' training ends here
+            callbacks.splice(call, first=False, last=True)
+            callbacks.on_train_end()
+            break
+    keeper.finished(epochs)
+    history = model.history if calls else keras.callbacks.History()
+    _prepend(history, keeper.restored_epochs)
+    return history
+
+
+def _place(resumed: dict | None, index: int, initial_epoch: int, kind: Any) -> Position:
+    """Where this call starts: its saved place on a resume, else ``initial_epoch``."""
+    if resumed is None:
+        return Position(index, initial_epoch, 0, 0)
+    at = Position(**{k: int(resumed[k]) for k in ("call", "epoch", "batch", "drawn")})
+    if at.batch and kind.why_not_exact:
+        raise ConfigError(
+            f"the run's checkpoint was taken at batch {at.batch} of epoch {at.epoch + 1} of "
+            f"fit call {index + 1}, but this call's input cannot resume there exactly "
+            f"({kind.why_not_exact}): start fresh, or make the input deterministic"
+        )
+    return at
+
+
+def _call_args(bound: Any, call: Call, callbacks: Any) -> Any:
+    """``bound`` with the input skipped and the epochs of ``call``."""
+    out = bound.signature.bind(*bound.args, **bound.kwargs)
+    x = out.arguments.get("x")
+    out.arguments.update(
+        x=x.skip(call.skip) if call.skip else x,
+        initial_epoch=call.initial_epoch,
+        epochs=call.epochs,
+        steps_per_epoch=call.steps_per_epoch,
+        callbacks=callbacks,
+    )
+    return out
+
+
+def _prepend(history: Any, earlier: list) -> None:
+    """Put the epochs done before the restart in front of the ``History``'s own."""
+    if not earlier:
+        return
+    history.epoch = [e for e, _ in earlier] + list(getattr(history, "epoch", []))
+    merged: dict = {}
+    for _, logs in earlier:
+        for key, value in logs.items():
+            merged.setdefault(key, []).append(value)
+    for key, values in (getattr(history, "history", None) or {}).items():
+        merged.setdefault(key, []).extend(values)
+    history.history = merged
+
+
+def _spliced_base():
+    import keras
+
+    return keras.callbacks.CallbackList
+
+
+class _Spliced(_spliced_base()):
+    """One ``CallbackList`` over the ``fit`` calls of a resume: the callbacks see one
+    training (one begin, one end) and the batch numbers of the interrupted epoch."""
+
+    def splice(self, call: Call, first: bool, last: bool) -> None:
+        self._offset, self._first, self._last = call.batch_offset, first, last
+
+    def on_train_begin(self, logs=None):
+        if self._first:
+            super().on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        if self._last:
+            super().on_train_end(logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch + self._offset, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch + self._offset, logs)

@@ -1,0 +1,137 @@
+"""Where a plain Keras ``fit`` resumes (raytf.worker.fit_position, fit_resume): the calls
+that finish an interrupted one, and the inputs whose position cannot be restored exactly.
+
+The resume itself (weights and History equal to an uninterrupted run's after a SIGKILL
+in mid-epoch) runs on real MWMS workers in tests/integration/test_keras_fit.py.
+"""
+
+import pytest
+import tensorflow as tf
+
+from raytf.errors import ConfigError
+from raytf.worker import fit_resume
+from raytf.worker.fit_position import (
+    EPOCHS,
+    STREAM,
+    Call,
+    InputKind,
+    Position,
+    classify,
+    resume_calls,
+    why_not_exact,
+)
+
+EXACT_EPOCHS = InputKind(EPOCHS, None, 8)
+
+
+def test_a_fresh_call_is_keras_own_call():
+    assert resume_calls(Position(0, 0, 0, 0), 3, EXACT_EPOCHS) == [Call(0, 0, 3, None, 0)]
+
+
+def test_mid_epoch_in_epochs_mode_skips_into_the_epoch_then_runs_the_rest_whole():
+    # Batch 5 of epoch 2 (0-based 1): the rest of it from element 5, then epoch 3 afresh.
+    calls = resume_calls(Position(0, 1, 5, 13), 3, EXACT_EPOCHS)
+    assert calls == [Call(5, 1, 2, None, 5), Call(0, 2, 3, None, 0)]
+
+
+def test_mid_epoch_in_stream_mode_skips_what_the_call_drew():
+    stream = InputKind(STREAM, None, 8)
+    calls = resume_calls(Position(0, 1, 5, 13), 3, stream)
+    # The rest of epoch 2 is 3 steps from element 13; epoch 3 goes on from element 16.
+    assert calls == [Call(13, 1, 2, 3, 5), Call(16, 2, 3, 8, 0)]
+
+
+def test_an_epoch_end_resumes_at_the_next_epoch_and_a_finished_call_runs_nothing():
+    assert resume_calls(Position(0, 2, 0, 16), 3, EXACT_EPOCHS) == [Call(0, 2, 3, None, 0)]
+    assert resume_calls(Position(0, 2, 0, 16), 3, InputKind(STREAM, None, 8)) == [
+        Call(16, 2, 3, 8, 0)
+    ]
+    assert resume_calls(Position(0, 3, 0, 24), 3, EXACT_EPOCHS) == []
+    # The last epoch interrupted: one call, nothing after it.
+    assert resume_calls(Position(0, 2, 3, 19), 3, EXACT_EPOCHS) == [Call(3, 2, 3, None, 3)]
+
+
+def ds(n=64):
+    return tf.data.Dataset.range(n)
+
+
+@pytest.mark.parametrize(
+    "make, found",
+    [
+        (lambda: ds().shuffle(8), "shuffle() without a seed"),
+        (lambda: ds().shuffle(8, seed=1), "reshuffle_each_iteration=True"),
+        (lambda: ds().map(lambda x: x + tf.cast(tf.random.uniform([]), tf.int64)), "RandomUniform"),
+        (
+            lambda: ds().map(lambda x: x * 2, num_parallel_calls=2, deterministic=False),
+            "deterministic=False",
+        ),
+        (lambda: ds().map(lambda x: tf.numpy_function(lambda v: v, [x], tf.int64)), "PyFunc"),
+    ],
+)
+def test_inputs_whose_order_differs_after_a_restart_are_named(make, found):
+    why = why_not_exact(make().batch(4), reiterated=True)
+    assert why is not None and found in why, why
+
+
+def test_deterministic_inputs_are_exact():
+    seeded_once = ds().shuffle(8, seed=1, reshuffle_each_iteration=False).batch(4)
+    stateless = ds().map(lambda x: x + tf.cast(tf.random.stateless_uniform([], [1, 2]), tf.int64))
+    for dataset in (ds().batch(4), seeded_once, stateless.batch(4).prefetch(2)):
+        assert why_not_exact(dataset, reiterated=True) is None
+    # One iterator for the whole call: a seeded reshuffle repeats the same way.
+    assert why_not_exact(ds().shuffle(8, seed=1).repeat(), reiterated=False) is None
+
+
+def test_fits_input_is_classified_as_keras_reads_it():
+    assert classify(ds(64).batch(8), None) == InputKind(EPOCHS, None, 8)
+    assert classify(ds(64).batch(8).repeat(), 5) == InputKind(STREAM, None, 5)
+    unknown = classify(ds(64).filter(lambda x: x > 3).batch(8), None)
+    assert unknown.mode == EPOCHS and unknown.steps is None and unknown.why_not_exact is None
+    finite_with_steps = classify(ds(64).batch(8), 4)
+    assert "steps_per_epoch with a dataset of finite length" in finite_with_steps.why_not_exact
+    arrays = classify([[1.0]], None)
+    assert arrays.why_not_exact == "the input is a list, not a tf.data.Dataset"
+
+
+def test_a_mid_epoch_checkpoint_with_an_input_that_cannot_resume_there_is_refused():
+    saved = {"call": 0, "epoch": 1, "batch": 5, "drawn": 13}
+    inexact = InputKind(EPOCHS, "shuffle() without a seed: its order differs on every run", 8)
+    with pytest.raises(ConfigError, match="batch 5 of epoch 2 of fit call 1, but this call's"):
+        fit_resume._place(saved, 0, 0, inexact)
+    at_epoch_end = dict(saved, epoch=2, batch=0, drawn=16)
+    assert fit_resume._place(at_epoch_end, 0, 0, inexact) == Position(0, 2, 0, 16)
+    assert fit_resume._place(None, 1, 4, inexact) == Position(1, 4, 0, 0)
+
+
+def test_the_epochs_before_the_restart_lead_the_history():
+    import keras
+
+    history = keras.callbacks.History()
+    history.epoch, history.history = [2], {"loss": [0.5], "val_loss": [0.7]}
+    fit_resume._prepend(history, [(0, {"loss": 0.9}), (1, {"loss": 0.6, "val_loss": 0.8})])
+    assert history.epoch == [0, 1, 2]
+    assert history.history == {"loss": [0.9, 0.6, 0.5], "val_loss": [0.8, 0.7]}
+
+
+def test_callbacks_see_one_training_and_the_interrupted_epochs_batch_numbers():
+    import keras
+
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append("begin")
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(batch)
+
+        def on_train_end(self, logs=None):
+            seen.append("end")
+
+    spliced = fit_resume._Spliced([Record()])
+    for n, call in enumerate([Call(5, 1, 2, None, 5), Call(0, 2, 3, None, 0)]):
+        spliced.splice(call, first=n == 0, last=n == 1)
+        spliced.on_train_begin()
+        spliced.on_train_batch_end(0)
+        spliced.on_train_end()
+    assert seen == ["begin", 5, 0, "end"]
