@@ -18,8 +18,9 @@ logger = logging.getLogger("raytf")
 # The driver's settings for reaching storage travel to the workers: a worker opens the
 # run's URL itself, and on an existing cluster its process did not inherit the
 # driver's environment (endpoint, credentials, region). So do the logging variables a
-# user sets to quiet (or question) TensorFlow, NCCL and gRPC, but never TF_CONFIG:
-# each worker's is its own.
+# user sets to quiet (or question) TensorFlow, NCCL and gRPC, and the choice of tf.keras
+# (tf_keras under TF_USE_LEGACY_KERAS=1, as every Ray Train TF example sets), but never
+# TF_CONFIG: each worker's is its own.
 FORWARDED_PREFIXES = (
     "FSSPEC_",
     "AWS_",
@@ -30,6 +31,7 @@ FORWARDED_PREFIXES = (
     "GRPC_VERBOSITY",
     "GRPC_TRACE",
     "ABSL_",
+    "TF_USE_LEGACY_KERAS",  # read at TensorFlow's import: which Keras tf.keras is
 )
 
 

@@ -30,6 +30,7 @@ script may switch to them later, line by line.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -52,6 +53,7 @@ __all__ = [
     "CheckpointConfig",
     "FailureConfig",
     "ReportCheckpointCallback",
+    "Result",
     "RunConfig",
     "ScalingConfig",
     "TensorflowTrainer",
@@ -149,9 +151,16 @@ def _as_set(value: str | list[str]) -> set[str]:
     return {value} if isinstance(value, str) else set(value)
 
 
-class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
+def legacy_keras() -> bool:
+    """Is ``tf.keras`` tf_keras here? TensorFlow's own test of the variable (every Ray
+    Train TF example sets it: their ``fit`` is tf_keras's, and so must their callback be)."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+
+
+class _ReportCheckpoint(ReportCheckpointLogic):
     """Ray Train's Keras callback: report logs, and ``model.keras`` as a checkpoint, at
-    epoch ends (``checkpoint_on`` / ``report_metrics_on``: "epoch_end" or "train_batch_end")."""
+    epoch ends (``checkpoint_on`` / ``report_metrics_on``: "epoch_end" or "train_batch_end").
+    Mixed into each Keras flavour's ``Callback``."""
 
     def __init__(
         self,
@@ -177,7 +186,7 @@ class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
     def _handle(self, when: str, logs: dict | None) -> None:
         if when not in self.report_on and when not in self.checkpoint_on:
             return
-        metrics = self._pick(logs or {}) if when in self.report_on else {}
+        metrics = self._pick(logs or {})  # with a checkpoint too, as Ray's callback does
         if when not in self.checkpoint_on:
             report(metrics)
             return
@@ -195,6 +204,26 @@ class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._handle("epoch_end", logs)
+
+
+class ReportCheckpointCallback(_ReportCheckpoint, keras.callbacks.Callback):
+    """Ray Train's callback; under ``TF_USE_LEGACY_KERAS=1`` an instance of the same
+    callback built on tf_keras's ``Callback`` (tf_keras's ``fit`` calls its own hooks)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if cls is ReportCheckpointCallback and legacy_keras():
+            return _legacy_callback_class()(*args, **kwargs)
+        return super().__new__(cls)
+
+
+@functools.cache
+def _legacy_callback_class() -> type:
+    import tf_keras
+
+    class LegacyReportCheckpointCallback(_ReportCheckpoint, tf_keras.callbacks.Callback):
+        """``ReportCheckpointCallback`` for tf_keras's ``fit``."""
+
+    return LegacyReportCheckpointCallback
 
 
 class TensorflowTrainer(Trainer):

@@ -34,6 +34,12 @@ def numbers(logs: dict | None) -> dict:
     return out
 
 
+def strategy_of(model: Any, ctx: Any) -> Any:
+    """The strategy the model's variables belong to: raytf's, or one the loop made itself
+    (a Ray Train script's own MultiWorkerMirroredStrategy())."""
+    return getattr(model, "distribute_strategy", None) or ctx.strategy
+
+
 class Keeper(keras.callbacks.Callback):
     """The place of one ``fit`` call: the state raytf's checkpoints hold for it."""
 
@@ -68,7 +74,7 @@ class Keeper(keras.callbacks.Callback):
 
     def _metrics(self) -> MetricState:
         if self._metric_state is None:  # Keras builds them at fit's start, not before
-            strategy = self.ctx.strategy
+            strategy = strategy_of(self.model, self.ctx)
             local = int(strategy.num_replicas_in_sync) // self.ctx.world_size
             variables = [v for m in self.model.metrics for v in m.variables]
             self._metric_state = MetricState(strategy, variables, self.ctx.rank * local)

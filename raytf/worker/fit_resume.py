@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from raytf.errors import ConfigError
-from raytf.worker.fit_keeper import Keeper
+from raytf.worker.fit_keeper import Keeper, strategy_of
 from raytf.worker.fit_position import Call, Position, classify, resume_calls
 
 STATE_NAME = "keras_fit"
@@ -71,7 +71,7 @@ def _track(worker: _Worker, model: Any, x: Any, ctx: Any) -> bool:
         return worker.model is model
     if ctx.is_tracking() or model.optimizer is None:
         return False
-    if not model.built and not _build(model, x, ctx.strategy):
+    if not model.built and not _build(model, x, strategy_of(model, ctx)):
         return False
     ctx.add_checkpoint_state(STATE_NAME, worker.state, worker.restore)
     ctx.restore(model=model, optimizer=model.optimizer)

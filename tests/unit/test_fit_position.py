@@ -55,6 +55,18 @@ def ds(n=64):
     return tf.data.Dataset.range(n)
 
 
+@pytest.fixture(autouse=True)
+def no_global_seed():
+    """An unseeded shuffle is one only without a global seed (keras.utils.set_random_seed,
+    which other tests call, makes TF derive its op seeds from it)."""
+    from tensorflow.python.eager import context
+
+    before = context.global_seed()
+    tf.random.set_seed(None)
+    yield
+    tf.random.set_seed(before)
+
+
 @pytest.mark.parametrize(
     "make, found",
     [
@@ -71,6 +83,11 @@ def ds(n=64):
 def test_inputs_whose_order_differs_after_a_restart_are_named(make, found):
     why = why_not_exact(make().batch(4), reiterated=True)
     assert why is not None and found in why, why
+
+
+def test_a_global_seed_makes_an_unseeded_shuffle_repeat_itself():
+    tf.random.set_seed(7)
+    assert why_not_exact(ds().shuffle(8, reshuffle_each_iteration=False), reiterated=True) is None
 
 
 def test_deterministic_inputs_are_exact():
