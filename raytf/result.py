@@ -67,6 +67,18 @@ class Result:
         return load_model(self.path, step)
 
     @property
+    def metrics_dataframe(self) -> Any:
+        """Rank 0's reports as a ``pandas.DataFrame``, one row per report (Ray Train's name)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError(
+                "Result.metrics_dataframe needs pandas: pip install 'raytf[data]' (or pandas); "
+                "Result.metrics_history holds the same reports as dicts"
+            ) from None
+        return pd.DataFrame(self.metrics_history)
+
+    @property
     def history(self) -> dict[str, list[Any]]:
         """Keras's ``History.history`` from rank 0's epoch-end reports (``epoch_end: True``)."""
         return history_from_reports(self.metrics_history)

@@ -92,9 +92,30 @@ class DataShard:
         rank's step count equal. Columns must have a fixed shape per row (for
         ragged columns use Ray's own ``iterator.to_tf``).
         """
+        return self.batches(
+            (feature_columns, label_columns, additional_columns),
+            self.per_replica_batch(global_batch_size),
+            drop_last=drop_last,
+            prefetch_batches=prefetch_batches,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+        )
+
+    def batches(
+        self,
+        columns: tuple,
+        per_replica: int,
+        *,
+        drop_last: bool,
+        prefetch_batches: int = 1,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ):
+        """``to_tf``'s dataset with its batch size given as rows per element (Ray Train's
+        ``to_tf(batch_size=...)`` means rows per worker: ``raytf.integrations``)."""
         import tensorflow as tf
 
-        per_replica = self.per_replica_batch(global_batch_size)
+        feature_columns, label_columns, additional_columns = columns
         groups = [c for c in (feature_columns, label_columns, additional_columns) if c is not None]
         if label_columns is None and additional_columns is not None:
             raise ValueError("additional_columns needs label_columns")

@@ -31,7 +31,11 @@ from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")
 
-STANDBY_PING_TIMEOUT_S = 2.0
+# How long a standby that answered before may take to answer again before it is judged
+# gone (a node that died: its ping hangs until Ray notices). A false "gone" costs a new
+# actor (TensorFlow's import, 5-7 s); in CI an idle standby took over 2 s to answer while
+# the attempt's killed actors were being torn down on the 2-core node.
+STANDBY_PING_TIMEOUT_S = 5.0
 
 
 class WorkerPool:
@@ -101,7 +105,13 @@ class WorkerPool:
         for slot, ref in refs.items():
             try:
                 ray.get(ref, timeout=0)
-            except Exception:  # noqa: BLE001 - dead or unreachable: replace it
+            except Exception as exc:  # noqa: BLE001 - dead or unreachable: replace it
+                logger.warning(
+                    "raytf: the standby of slot %d did not answer within %.0f s (%s): replaced",
+                    slot,
+                    STANDBY_PING_TIMEOUT_S,
+                    type(exc).__name__,
+                )
                 dead.append(slot)
                 kill_actor(actors[slot])
                 self.standbys.pop(slot, None)
@@ -131,6 +141,12 @@ class WorkerPool:
                 # notices). Only the first is cheap to be wrong about.
                 for unsure in (spare[0] if spare else None, standby):
                     if unsure is not None:
+                        logger.warning(
+                            "raytf: the standby of slot %d has not answered yet: a new worker "
+                            "takes rank %d",
+                            slot,
+                            rank,
+                        )
                         kill_actor(unsure)
                 spare = standby = None
             gpu_ids = self.bundle_gpu_ids.get(slot)

@@ -29,24 +29,25 @@ script may switch to them later, line by line.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import keras
 
 from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from raytf.errors import ConfigError
+from raytf.integrations.ray_checkpoint import Checkpoint, TensorflowCheckpoint
+from raytf.integrations.ray_data_iterator import RayDataIterator
 from raytf.keras.report_callback import ReportCheckpointLogic
 from raytf.result import Result
 from raytf.rundir.storage import Storage
 from raytf.trainer import Trainer
 from raytf.worker.context import get_context as _raytf_context
-from raytf.worker.context import get_dataset_shard
+from raytf.worker.context import get_dataset_shard as _raytf_shard
 
 __all__ = [
     "Checkpoint",
@@ -56,44 +57,18 @@ __all__ = [
     "Result",
     "RunConfig",
     "ScalingConfig",
+    "TensorflowCheckpoint",
     "TensorflowTrainer",
+    "Tuner",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
+    "prepare_dataset_shard",
     "report",
 ]
 
 CHECKPOINTS = "train_checkpoints"
 LATEST = "latest.txt"
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A directory of files, local or in object storage (Ray Train's ``Checkpoint``)."""
-
-    path: str
-
-    @classmethod
-    def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
-        return cls(os.fspath(path))
-
-    def to_directory(self, path: str | None = None) -> str:
-        """Copy the files into ``path`` (a new temporary directory by default)."""
-        path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
-        Storage(self.path).download_dir(path)
-        return path
-
-    @contextlib.contextmanager
-    def as_directory(self) -> Iterator[str]:
-        """A local directory holding the files, for the ``with`` block."""
-        if Storage(self.path).local:
-            yield self.path
-            return
-        path = self.to_directory()
-        try:
-            yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 class _Context:
@@ -140,6 +115,23 @@ def latest_checkpoint(run_dir: str) -> Checkpoint | None:
     with storage.fs.open(storage.path(CHECKPOINTS, LATEST), "r") as f:
         name = f.read().strip()
     return Checkpoint(storage.url(CHECKPOINTS, name))
+
+
+def get_dataset_shard(name: str) -> RayDataIterator:
+    """This worker's shard of the trainer's dataset ``name``, with Ray's ``DataIterator``
+    methods (``to_tf(..., batch_size=<rows per worker>)``, ``iter_batches``, ...)."""
+    return RayDataIterator(_raytf_shard(name))
+
+
+def prepare_dataset_shard(tf_dataset_shard: Any) -> Any:
+    """Ray Train's helper for a ``tf.data.Dataset`` made from a worker's own shard: that
+    data is this worker's already, so MWMS must not shard it again (auto-sharding off);
+    prefetched, as Ray's is."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return tf_dataset_shard.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 def get_checkpoint() -> Checkpoint | None:
@@ -226,9 +218,92 @@ def _legacy_callback_class() -> type:
     return LegacyReportCheckpointCallback
 
 
+def _tune_trainable(trainable: Any, param_space: dict | None) -> Any:
+    """A raytf trainer as Ray Tune's trainable; anything else as it is."""
+    from raytf.keras.trainer import KerasTrainer
+
+    if not isinstance(trainable, (Trainer, KerasTrainer)):
+        return trainable
+    other = sorted(set(param_space or {}) - {"train_loop_config"})
+    if other:
+        raise ConfigError(
+            f"Tuner(trainer, param_space=...): {other} cannot be searched over with a raytf "
+            'trainer; put what the loop reads under "train_loop_config" and set the rest '
+            "on the trainer"
+        )
+    return trainable.as_trainable()
+
+
+def _tuner_base() -> type:
+    from ray import tune
+
+    return tune.Tuner
+
+
+class Tuner(_tuner_base()):
+    """Ray Tune's ``Tuner``, taking a raytf trainer as Ray's takes a Ray Train trainer:
+    ``Tuner(trainer, param_space={"train_loop_config": {...}})``, each trial's
+    ``train_loop_config`` merged over the trainer's."""
+
+    def __init__(self, trainable: Any = None, *, param_space: dict | None = None, **kwargs):
+        super().__init__(_tune_trainable(trainable, param_space), param_space=param_space, **kwargs)
+
+    @classmethod
+    def restore(cls, path: str, trainable: Any, **kwargs: Any):
+        return _tuner_base().restore(path, _tune_trainable(trainable, None), **kwargs)
+
+
+_SET_UP_BY_RAYTF = {
+    "tensorflow_config": "raytf sets TF_CONFIG and MultiWorkerMirroredStrategy up itself",
+    "backend_config": "raytf sets TF_CONFIG and MultiWorkerMirroredStrategy up itself",
+    "dataset_config": "raytf splits each dataset into one shard per worker itself",
+    "metadata": "keep what the loop needs in train_loop_config or the checkpoint's files",
+}
+
+
 class TensorflowTrainer(Trainer):
-    """Ray Train's ``TensorflowTrainer`` signature on ``raytf.Trainer``."""
+    """Ray Train's ``TensorflowTrainer`` signature on ``raytf.Trainer``.
+
+    ``resume_from_checkpoint``: a ``Checkpoint`` the loop's ``get_checkpoint()``
+    returns until the run reports one of its own: it is copied into the run as
+    its first reported checkpoint when the run starts without one (a rerun of
+    the same name that has reported checkpoints resumes from its own newest).
+    Ray's other arguments configure what raytf does itself: given, they are
+    refused with what to do instead."""
+
+    def __init__(
+        self,
+        train_loop_per_worker: Any,
+        *,
+        resume_from_checkpoint: Checkpoint | None = None,
+        **kwargs: Any,
+    ):
+        for name, why in _SET_UP_BY_RAYTF.items():
+            if kwargs.pop(name, None) is not None:
+                raise ConfigError(f"TensorflowTrainer({name}=...) is not supported: {why}")
+        if resume_from_checkpoint is not None and not isinstance(
+            resume_from_checkpoint, Checkpoint
+        ):
+            raise ConfigError(
+                f"resume_from_checkpoint = {resume_from_checkpoint!r}: must be a Checkpoint "
+                "(Checkpoint.from_directory(path))"
+            )
+        super().__init__(train_loop_per_worker, **kwargs)
+        self.resume_from_checkpoint = resume_from_checkpoint
 
     def fit(self) -> Result:
+        if self.resume_from_checkpoint is not None:
+            _seed(self.run_config.run_dir, self.resume_from_checkpoint)
         result = super().fit()
         return replace(result, checkpoint=latest_checkpoint(result.path))  # type: ignore[arg-type]
+
+
+def _seed(run_dir: str, checkpoint: Checkpoint) -> None:
+    """The run's first reported checkpoint, unless it has one."""
+    if latest_checkpoint(run_dir) is not None:
+        return
+    storage = Storage(run_dir)
+    name = "checkpoint_000000"
+    with checkpoint.as_directory() as local:
+        storage.upload_tree(local, CHECKPOINTS, name)
+    storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)

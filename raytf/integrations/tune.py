@@ -21,7 +21,8 @@ What Tune sees and does:
 - a scheduler's STOP (ASHA, a stopper) ends the trial: ``cleanup`` asks the
   driver to stop, which tears the worker group down before the actor exits.
 
-The trial's config is merged over ``train_loop_config``. Workers are not
+The trial's config is merged over ``train_loop_config`` (a config in Ray Train's
+shape, ``{"train_loop_config": {...}}``, by what it nests). Workers are not
 restarted between trials (a strategy cannot be re-made in a process):
 ``reuse_actors`` is off.
 """
@@ -57,6 +58,15 @@ def checkpoint_step(checkpoint: Any) -> int | None:
         return None
     steps = [s for s in map(parse_step_dirname, os.listdir(path)) if s is not None]
     return max(steps) if steps else None
+
+
+def loop_config(trial_config: dict) -> dict:
+    """What a trial's config adds to ``train_loop_config``: the config itself, or in Ray
+    Train's shape (``param_space={"train_loop_config": {...}}``) what it nests there."""
+    nested = trial_config.get("train_loop_config")
+    if isinstance(nested, dict) and set(trial_config) == {"train_loop_config"}:
+        return nested
+    return trial_config
 
 
 DATA_BUNDLE = {"CPU": 1.0}  # Ray Data's tasks inside a trial: Tune captures them into its group
@@ -132,7 +142,9 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
         def _launch(self) -> None:
             self._seed_checkpoint()
             trial = dataclasses.replace(
-                spec, config={**spec.config, **self.config}, run_config=self._run_config
+                spec,
+                config={**spec.config, **loop_config(self.config)},
+                run_config=self._run_config,
             )
             ctrl = make_controller(
                 trial,

@@ -1,0 +1,139 @@
+"""Ray Train's checkpoint objects on raytf: a directory of files, local or in object storage.
+
+``Checkpoint`` is what ``ray_train.report(checkpoint=...)`` stores and
+``get_checkpoint()`` returns. ``TensorflowCheckpoint`` is Ray's Keras-model
+flavour: ``from_model`` (a ``model.keras`` file), ``from_h5``,
+``from_saved_model`` and ``get_model``, with the model's file name in the
+directory's ``.metadata.json`` as Ray keeps it, so a directory written by
+either reads back with either. Ray's preprocessors belong to Ray Data's
+pipelines, which raytf does not run: passing one is refused with what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from raytf.errors import ConfigError
+from raytf.rundir.storage import Storage
+
+METADATA = ".metadata.json"  # Ray's name for a checkpoint's metadata file
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A directory of files, local or in object storage (Ray Train's ``Checkpoint``)."""
+
+    path: str
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
+        return cls(os.fspath(path))
+
+    def to_directory(self, path: str | None = None) -> str:
+        """Copy the files into ``path`` (a new temporary directory by default)."""
+        path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
+        Storage(self.path).download_dir(path)
+        return path
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local directory holding the files, for the ``with`` block."""
+        if Storage(self.path).local:
+            yield self.path
+            return
+        path = self.to_directory()
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def get_metadata(self) -> dict[str, Any]:
+        storage = Storage(self.path)
+        if not storage.exists(METADATA):
+            return {}
+        try:
+            doc = storage.read_json(METADATA)
+        except ValueError as exc:
+            raise ConfigError(f"{storage.url(METADATA)} is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{storage.url(METADATA)} is not a JSON object")
+        return doc
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        Storage(self.path).write_json_atomic({**self.get_metadata(), **metadata}, METADATA)
+
+
+def _no_preprocessor(preprocessor: Any) -> None:
+    if preprocessor is not None:
+        raise ConfigError(
+            "TensorflowCheckpoint(preprocessor=...) is not supported: raytf does not run "
+            "Ray Data preprocessors; apply it in the loop or before the data reaches the "
+            "trainer, and save its state beside the model yourself"
+        )
+
+
+class TensorflowCheckpoint(Checkpoint):
+    """Ray Train's ``TensorflowCheckpoint``: a Keras model in a checkpoint directory."""
+
+    MODEL_FILENAME_KEY = "_model_filename"
+
+    @classmethod
+    def from_model(cls, model: Any, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        _no_preprocessor(preprocessor)
+        path = tempfile.mkdtemp(prefix="raytf-tf-checkpoint-")
+        model.save(os.path.join(path, "model.keras"))
+        return cls._named(path, "model.keras")
+
+    @classmethod
+    def from_h5(cls, file_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        _no_preprocessor(preprocessor)
+        if not os.path.isfile(file_path) or not file_path.endswith(".h5"):
+            raise ConfigError(f"TensorflowCheckpoint.from_h5 needs an .h5 file, got {file_path!r}")
+        path = tempfile.mkdtemp(prefix="raytf-tf-checkpoint-")
+        shutil.copy(file_path, path)
+        return cls._named(path, os.path.basename(file_path))
+
+    @classmethod
+    def from_saved_model(cls, dir_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        _no_preprocessor(preprocessor)
+        if not os.path.isdir(dir_path):
+            raise ConfigError(
+                f"TensorflowCheckpoint.from_saved_model needs a directory, got {dir_path!r}"
+            )
+        path = os.path.join(tempfile.mkdtemp(prefix="raytf-tf-checkpoint-"), "model")
+        shutil.copytree(dir_path, path)
+        return cls._named(path, ".")
+
+    @classmethod
+    def _named(cls, path: str, filename: str) -> TensorflowCheckpoint:
+        checkpoint = cls(path)
+        checkpoint.update_metadata({cls.MODEL_FILENAME_KEY: filename})
+        return checkpoint
+
+    def get_model(self) -> Any:
+        """The Keras model in the checkpoint (Keras 3, or tf_keras under
+        ``TF_USE_LEGACY_KERAS=1``, as ``tf.keras`` resolves)."""
+        filename = self.get_metadata().get(self.MODEL_FILENAME_KEY)
+        if filename is None:
+            raise ConfigError(
+                f"{self.path} names no model ({self.MODEL_FILENAME_KEY} missing from its "
+                f"{METADATA}): make it with TensorflowCheckpoint.from_model, from_h5 or "
+                "from_saved_model"
+            )
+        import tensorflow as tf
+
+        with self.as_directory() as directory:
+            target = os.path.normpath(os.path.join(directory, filename))
+            if os.path.commonpath([target, os.path.normpath(directory)]) != os.path.normpath(
+                directory
+            ):
+                raise ConfigError(f"{self.path}: model file {filename!r} is outside the directory")
+            if filename == ".":
+                return tf.saved_model.load(target)
+            return tf.keras.models.load_model(target)
