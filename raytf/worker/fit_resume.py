@@ -39,9 +39,10 @@ class _Worker:
 
     def __init__(self, ctx: Any = None):
         self.ctx = ctx
-        self.calls = 0  # fit calls started in this process
+        self.calls = 0  # fit calls started in this attempt
         self.model: Any = None  # the model raytf's checkpoints hold (tracked by the first fit)
         self.untracked_said = False
+        self.inexact_said = False
         self.saved: dict | None = None  # the restored place, until its call has used it
         self.live: Any = None  # the callback of the call running now (the state's source)
 
@@ -123,11 +124,15 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     saved, worker.saved = worker.saved, None
     if saved is not None and int(saved.get("call", 0)) > index:
         worker.saved = saved  # a later call's place: this one had finished
-        print(f"[raytf] rank {ctx.rank}: fit call {index + 1} had finished before the checkpoint")
+        print(
+            f"[raytf] rank {ctx.rank}: fit call {index + 1} had finished before the checkpoint",
+            flush=True,
+        )
         return keras.callbacks.History()
     resumed = saved if saved is not None and int(saved.get("call", -1)) == index else None
     at = _place(resumed, index, int(args.get("initial_epoch", 0)), kind)
-    if resumed is None and kind.why_not_exact and tracked and ctx.is_chief:
+    if kind.why_not_exact and tracked and ctx.is_chief and not worker.inexact_said:
+        worker.inexact_said = True  # once: a loop may call fit once per epoch
         print(f"[raytf] fit checkpoints at epoch ends only: {kind.why_not_exact}", flush=True)
     calls = resume_calls(at, epochs, kind)
     keeper = Keeper(ctx, at, kind, tracked, resumed)

@@ -83,6 +83,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when this returns: nothing listens there
 
 
+RESTORED = re.compile(r"rank (\d) restored step \d+ from (.+) in")
+
+
 @pytest.mark.slow
 def test_storage_faults_a_lost_save_and_a_killed_driver_cost_time_not_checkpoints(
     s3, reference, cluster_env, tmp_path
@@ -131,11 +134,16 @@ def test_storage_faults_a_lost_save_and_a_killed_driver_cost_time_not_checkpoint
         time.sleep(4)  # the restart's reads meet the 503s (and retry)
         proxy.set("pass")
         run.wait_for(step=max(before) + 4, attempt=2)
+        # Ray forwards the workers' lines to the driver's screen a little later (seen in
+        # CI: over a second on the busy machine): the kill must not cut the restore lines.
+        deadline = time.monotonic() + 30
+        while len(RESTORED.findall(run.output())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         run.kill_driver()
     finally:
         run.stop()
     out = run.output()
-    restored = re.findall(r"rank (\d) restored step \d+ from (.+) in", out)
+    restored = RESTORED.findall(out)
     assert sorted(restored) == [("0", "host memory"), ("1", "host memory")], restored
     assert proxy.met["503"] > during_fault_phases
     assert all(proxy.met[m] > 0 for m in FaultProxy.MODES), proxy.met  # each fault met requests
