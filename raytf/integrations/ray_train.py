@@ -59,7 +59,7 @@ __all__ = [
     "ScalingConfig",
     "TensorflowCheckpoint",
     "TensorflowTrainer",
-    "Tuner",
+    "Tuner",  # noqa: F822 - made on first use (module __getattr__): Ray Tune is heavy
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
@@ -234,23 +234,29 @@ def _tune_trainable(trainable: Any, param_space: dict | None) -> Any:
     return trainable.as_trainable()
 
 
-def _tuner_base() -> type:
-    from ray import tune
+@functools.cache
+def _tuner_class() -> type:
+    from ray import tune  # Ray Tune's import is heavy and needs its extras: only on use
 
-    return tune.Tuner
+    class Tuner(tune.Tuner):
+        """Ray Tune's ``Tuner``, taking a raytf trainer as Ray's takes a Ray Train trainer:
+        ``Tuner(trainer, param_space={"train_loop_config": {...}})``, each trial's
+        ``train_loop_config`` merged over the trainer's."""
+
+        def __init__(self, trainable: Any = None, *, param_space: dict | None = None, **kw):
+            super().__init__(_tune_trainable(trainable, param_space), param_space=param_space, **kw)
+
+        @classmethod
+        def restore(cls, path: str, trainable: Any, **kwargs: Any):
+            return tune.Tuner.restore(path, _tune_trainable(trainable, None), **kwargs)
+
+    return Tuner
 
 
-class Tuner(_tuner_base()):
-    """Ray Tune's ``Tuner``, taking a raytf trainer as Ray's takes a Ray Train trainer:
-    ``Tuner(trainer, param_space={"train_loop_config": {...}})``, each trial's
-    ``train_loop_config`` merged over the trainer's."""
-
-    def __init__(self, trainable: Any = None, *, param_space: dict | None = None, **kwargs):
-        super().__init__(_tune_trainable(trainable, param_space), param_space=param_space, **kwargs)
-
-    @classmethod
-    def restore(cls, path: str, trainable: Any, **kwargs: Any):
-        return _tuner_base().restore(path, _tune_trainable(trainable, None), **kwargs)
+def __getattr__(name: str) -> Any:
+    if name == "Tuner":
+        return _tuner_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _SET_UP_BY_RAYTF = {
