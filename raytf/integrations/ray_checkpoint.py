@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytf.errors import ConfigError
+from raytf.rundir.checkpoints import safe_name
 from raytf.rundir.storage import Storage
 
 METADATA = ".metadata.json"  # Ray's name for a checkpoint's metadata file
@@ -128,12 +129,10 @@ class TensorflowCheckpoint(Checkpoint):
             )
         import tensorflow as tf
 
+        if filename != "." and not safe_name(filename):  # "." : the directory is the model
+            raise ConfigError(f"{self.path}: model file {filename!r} is outside the directory")
         with self.as_directory() as directory:
-            target = os.path.normpath(os.path.join(directory, filename))
-            if os.path.commonpath([target, os.path.normpath(directory)]) != os.path.normpath(
-                directory
-            ):
-                raise ConfigError(f"{self.path}: model file {filename!r} is outside the directory")
+            target = os.path.join(directory, filename)
             if filename == ".":
                 return tf.saved_model.load(target)
             return tf.keras.models.load_model(target)
