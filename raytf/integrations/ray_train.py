@@ -19,8 +19,8 @@ What such scripts call, and what it does here:
 - ``train.get_context()``: ``get_world_rank()``, ``get_world_size()``,
   ``get_local_rank()``.
 - ``os.environ["TF_CONFIG"]`` is set before the loop runs, and the loop's own
-  ``tf.distribute.MultiWorkerMirroredStrategy()`` joins the group raytf
-  already made (docs/migrating_from_ray_train.md says why that holds).
+  ``tf.distribute.MultiWorkerMirroredStrategy()`` is the strategy raytf made in
+  the worker (``raytf.worker.own_strategy`` says why a second one would hang).
 
 raytf's own coordinated checkpoints (every rank's state at one step, exact
 resume, emergency saves) need ``raytf.get_context().restore(...)``; a moved

@@ -45,7 +45,7 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import WORKER_ENV, Settings
-from raytf.worker import compat, keras_fit, liveness, model_out, patches
+from raytf.worker import compat, keras_fit, liveness, model_out, own_strategy, patches
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
@@ -55,6 +55,7 @@ from raytf.worker.output import OutputTap, tf_level
 from raytf.worker.ports import is_port_clash, reserve_port
 from raytf.worker.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
+from raytf.worker.workdir import own_workdir
 
 # A claimed kept process no driver has polled for this long lost its driver: it exits.
 # Start-up calls come within seconds; a running group is polled every 0.2 s.
@@ -256,6 +257,7 @@ class RaytfWorker:
         impl = getattr(tf.distribute.experimental.CommunicationImplementation, communication)
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        own_strategy.install(self._strategy)  # the loop's own MWMS() is this one
         # Each private API, probed once: a plain path where one exists, said on the driver.
         self._compat = compat.run_probes((*compat.PROBES, keras_fit.PROBE))
         self._notes_unsent = self._compat.notes
@@ -311,11 +313,12 @@ class RaytfWorker:
         )
         _set_context(context)
         liveness.set_current(self._buffer.liveness)
-        self._run = self._tf.submit(self._guarded, fn, context.config)
+        self._run = self._tf.submit(self._guarded, fn, context.config, run_dir)
 
-    def _guarded(self, fn, config):
+    def _guarded(self, fn, config, run_dir):
         try:
-            watched = self._buffer.liveness.run(lambda: call_user(fn, config=config))
+            with own_workdir(run_dir, self.rank):  # relative writes from every rank: apart
+                watched = self._buffer.liveness.run(lambda: call_user(fn, config=config))
             result = sendable(watched, self.rank)
             if self._checkpointer is not None:
                 self._checkpointer.flush()  # the last save is stored before the run ends

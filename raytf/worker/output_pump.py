@@ -38,10 +38,6 @@ _CUINIT = "failed call to cuInit"
 # Warnings TF gives on every run that ask nothing of the user: a common pipeline's, and
 # the SIGTERM of the group's own teardown (a real one is raytf's termination notice).
 _HARMLESS = ("GeneratorDatasetOp::Dataset will not be optimized", "] SIGTERM caught at ")
-# Python's absl, once per rank, when a loop makes its own MultiWorkerMirroredStrategy() (as
-# Ray Train scripts do): it re-enables the collective ops raytf's strategy set up, with the
-# same server (docs/migrating_from_ray_train.md says why that is sound).
-_HARMLESS_PY = ("WARNING:absl:Enabling collective ops after program startup may cause error",)
 
 
 def is_startup_noise(line: str, *, tf_level: int, has_gpus: bool) -> bool:
@@ -54,7 +50,7 @@ def is_startup_noise(line: str, *, tf_level: int, has_gpus: bool) -> bool:
     if tf_level <= 0:
         return False
     text = line.strip()
-    if text.startswith((_PRE_INIT, _CPU_GUARD_TAIL, *_HARMLESS_PY)):
+    if text.startswith((_PRE_INIT, _CPU_GUARD_TAIL)):
         return True
     match = _ABSL.match(text)
     if match is None:

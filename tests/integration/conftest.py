@@ -15,6 +15,9 @@ import jobs.train_ray_data as train_ray_data
 import jobs.train_synthetic as train_synthetic
 import jobs.train_tf_keras as train_tf_keras
 
+# Ray's own test, kept as data: test_ray_examples.py runs it moved, in a process of its own.
+collect_ignore = ["ray_upstream"]
+
 
 def _free_port() -> int:
     with socket.socket() as s:

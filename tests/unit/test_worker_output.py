@@ -28,9 +28,6 @@ STARTUP = [
     "TensorFlow with the appropriate compiler flags.",
     "W0000 00:00:1796410076.336455    5867 dataset.cc:997] Input of GeneratorDatasetOp::Dataset "
     "will not be optimized because the dataset does not implement AsGraphDefInternal()",
-    # A loop's own MultiWorkerMirroredStrategy() (Ray Train's examples), from Python's absl.
-    "WARNING:absl:Enabling collective ops after program startup may cause error when "
-    "accessing previously created tensors.",
 ]
 CUINIT = (
     "E0000 00:00:1796410075.793135    5867 cuda_platform.cc:52] failed call to cuInit: "
