@@ -21,6 +21,7 @@ import ray
 
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
+from raytf.driver import ray_lines
 from raytf.driver.controller import Controller
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
@@ -70,6 +71,7 @@ def make_controller(
     _configure_logging(settings, run_config)
     check_storage(run_config.storage_path, run_config.run_dir)  # before Ray: a typo fails fast
     ensure_ray(settings=settings)
+    ray_lines.install()  # Ray's teardown notes off the screen (kept in Ray's own logs)
     check_cluster(spec.scaling)
     check_data_room(spec.scaling, list(spec.datasets))
     if is_local(run_config.run_dir):
