@@ -27,7 +27,13 @@ from raytf.rundir.storage import Storage, retrying
 from raytf.worker import model_out, snapshot, structure
 from raytf.worker.emergency import LastStep
 from raytf.worker.host_copy import HostCopy
-from raytf.worker.restore import build_optimizers, read_committed, rng_state, set_rng_state
+from raytf.worker.restore import (
+    build_optimizers,
+    read_committed,
+    rng_raw,
+    rng_state,
+    set_rng_state,
+)
 from raytf.worker.save_schedule import SaveSchedule
 from raytf.worker.traced_save import CheckpointWriter
 
@@ -253,9 +259,18 @@ class WorkerCheckpointer:
             self._inflight = None
         return time.monotonic() - t0
 
-    def _state_bytes(self) -> bytes:
-        doc = rng_state()
-        doc["extra"] = {name: get() for name, (get, _) in self._extra.items()}
+    def _raw_state(self) -> tuple:
+        """This rank's state beside the TF files, as it is now, cheap enough for every
+        step: the RNGs' raw state (converted to JSON only by ``_state_bytes``, when it is
+        written) and the added state already as JSON (a ``get`` may hand out an object
+        it goes on changing)."""
+        extra = {name: get() for name, (get, _) in self._extra.items()}
+        return rng_raw(), json.dumps(extra)
+
+    def _state_bytes(self, raw: tuple | None = None) -> bytes:
+        rng, extra = raw or self._raw_state()
+        doc = rng_state(rng)
+        doc["extra"] = json.loads(extra)
         return json.dumps(doc).encode()
 
     def _persist(self, step, reason, write, state: bytes, t0: float, stall, finite=None) -> None:

@@ -71,15 +71,22 @@ class LastStep:
 
     A snapshot (``raytf.worker.snapshot``) holds each variable's buffer; the next
     step's in-place updates copy it first, so keeping it costs one copy of the
-    state per step: device-memory bandwidth on a GPU, a memcpy on a CPU (the
-    examples' model: microseconds; 300 MB of CPU state: tens of ms a step). Read
-    live after a failure instead, the state is not the step's: a step's ops that
-    do not wait for its all-reduce (a counter, a metric) have already run.
+    state per step, on the state's own device: device-memory bandwidth on a GPU,
+    a memcpy on a CPU (the examples' model: microseconds; 300 MB of CPU state:
+    tens of ms a step). The state's layout is read once (``snapshot.Reader``) and
+    again every ``REREAD_LAYOUT_STEPS``; an emergency checkpoint checks that the
+    layout still holds (variables made since would be missing from it). Read live
+    after a failure instead, the state is not the step's: a step's ops that do not
+    wait for its all-reduce (a counter, a metric) have already run.
     """
 
+    REREAD_LAYOUT_STEPS = 1000
+
     def __init__(self):
-        self.latest: tuple[int, snapshot.Snapshot, bytes] | None = None
+        self.latest: tuple[int, snapshot.Snapshot, tuple] | None = None
         self.refused: str | None = None
+        self._reader: snapshot.Reader | None = None
+        self._read_at: int | None = None  # the step the layout was read at; None: not yet
 
     def keep(self, checkpointer, step: int) -> None:
         if self.refused is not None:
@@ -90,8 +97,22 @@ class LastStep:
                 self.refused = f"state synchronized on read ({on_read[:3]}): reading it all-reduces"
                 return
         checkpointer._step_var.assign(step)
-        snap = snapshot.take(checkpointer.ckpt)
-        self.latest = (step, snap, checkpointer._state_bytes())  # one assignment: atomic
+        reader = self._reader_for(checkpointer.ckpt, step)
+        snap = reader.read() if reader is not None else snapshot.take(checkpointer.ckpt)
+        self.latest = (step, snap, checkpointer._raw_state())  # one assignment: atomic
+
+    def _reader_for(self, ckpt, step: int) -> snapshot.Reader | None:
+        stale = self._read_at is None or abs(step - self._read_at) >= self.REREAD_LAYOUT_STEPS
+        if stale or (self._reader is not None and self._reader.ckpt is not ckpt):
+            self._reader = snapshot.Reader.of(ckpt)  # None: a state read in Python, take()n
+            self._read_at = step
+        return self._reader
+
+    def layout_changed(self) -> bool:
+        """Whether the checkpoint's state has gained or lost values since its layout was
+        read (the kept snapshot would then not be the whole state)."""
+        reader = self._reader
+        return reader is not None and snapshot.signature(reader.ckpt) != reader.signature
 
 
 def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
@@ -111,9 +132,12 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
     if keeper.latest is None:
         return "no step completed in this attempt"
     t0 = time.monotonic()
-    step, snap, state = keeper.latest
+    step, snap, raw = keeper.latest
     if committed is not None and step <= committed:
         return f"step {step} is not newer than the committed step {committed}"
+    if keeper.layout_changed():
+        return "the state gained or lost variables since its per-step copy was set up"
+    state = checkpointer._state_bytes(raw)
     checkpointer.flush()  # an interval save still being stored goes first
     digest = _digest(snap)
     stored = checkpointer.stored

@@ -32,13 +32,19 @@ from raytf.worker.host_copy import HostCopy, is_tf_file
 logger = logging.getLogger("raytf")
 
 
-def rng_state() -> dict:
-    py = random.getstate()
-    np_state = np.random.get_state()
+def rng_state(raw: tuple | None = None) -> dict:
+    """Python's and NumPy's global RNG state as JSON-ready lists: now, or as ``rng_raw``
+    captured it (a capture is microseconds; this conversion is not, so a state kept at
+    every step is converted only when it is written)."""
+    py, np_state = raw or rng_raw()
     return {
         "python": [py[0], list(py[1]), py[2]],
         "numpy": [np_state[0], np_state[1].tolist(), *[float(x) for x in np_state[2:]]],
     }
+
+
+def rng_raw() -> tuple:
+    return random.getstate(), np.random.get_state()
 
 
 def set_rng_state(doc: dict) -> None:

@@ -20,6 +20,12 @@ serve here: it copies Keras 3 variables by creating ``tf.Variable``s inside a
 TF internals used, pinned by the ``tensorflow==2.21.*`` requirement and held
 by the unit test that restores a snapshot after training moved on:
 ``TrackableSaver._gather_serialized_tensors`` and ``MultiDeviceSaver``.
+
+``Reader`` is the per-step form (the state kept for an emergency checkpoint):
+the walk of the object graph is what cost a small model 5 ms a step, and it
+does not change from step to step, so it is done once; each step then reads
+every value in one traced call, on the device the value lives on (a GPU's
+state is copied in device memory, never through the host).
 """
 
 from __future__ import annotations
@@ -70,3 +76,88 @@ def write(snapshot: Snapshot, prefix: str) -> None:
     os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
     saver = functional_saver.MultiDeviceSaver(snapshot.tensors, snapshot.registered_savers)
     saver.save(tf.constant(prefix))
+
+
+class Reader:
+    """The state ``ckpt`` holds, gathered once, read again at each step in one call.
+
+    Only plain variables and constants can be read this way; ``Reader.of`` gives None
+    for a state holding anything else (a value TF computes in Python when saved), and
+    the caller takes ``take`` each step instead. ``signature`` names what was
+    gathered: a later gather that differs (variables made since) means this reader no
+    longer covers the whole state.
+    """
+
+    def __init__(self, ckpt, layout, sources, registered):
+        import tensorflow as tf
+
+        self.ckpt = ckpt
+        self._layout = layout  # (trackable, checkpoint key, slice spec or None) per value
+        self._registered = registered
+        self.signature = signature(ckpt)
+        # Traced once: each call reads every variable anew (a constant stays one).
+        self._read = tf.function(lambda: [tf.identity(_value(s)) for s in sources])
+
+    @classmethod
+    def of(cls, ckpt) -> Reader | None:
+        import tensorflow as tf
+        from tensorflow.python.training.saving import saveable_object
+
+        serialized, _, registered, _ = ckpt._saver._gather_serialized_tensors(None)
+        layout, sources = [], []
+        for obj, tensors in serialized.items():
+            for key, value in tensors.items():
+                leaves = value.items() if isinstance(value, dict) else [(None, value)]
+                for spec, leaf in leaves:
+                    if _is_variable(obj) and (
+                        callable(leaf) or isinstance(leaf, saveable_object.SaveSpec)
+                    ):
+                        leaf = obj  # TF reads it lazily, at save time: read it in the trace
+                    elif not isinstance(leaf, tf.Tensor):
+                        return None  # computed in Python at save time: take() it
+                    layout.append((obj, key, spec))
+                    sources.append(leaf)
+        return cls(ckpt, layout, sources, registered)
+
+    def read(self) -> Snapshot:
+        from tensorflow.python.util import object_identity
+
+        frozen = object_identity.ObjectIdentityDictionary()
+        for (obj, key, spec), tensor in zip(self._layout, self._read()):
+            entry = frozen.setdefault(obj, {})
+            if spec is None:
+                entry[key] = tensor
+            else:
+                entry.setdefault(key, {})[spec] = tensor
+        return Snapshot(frozen, self._registered)
+
+
+def _value(source):
+    """A Keras 3 variable's TF value (its ``value``), else the source itself."""
+    import tensorflow as tf
+
+    return source if isinstance(source, (tf.Variable, tf.Tensor)) else source.value
+
+
+def _is_variable(obj) -> bool:
+    """A TF variable, or Keras 3's (whose read function is a plain read as well)."""
+    import tensorflow as tf
+
+    if isinstance(obj, tf.Variable):
+        return True
+    try:
+        import keras
+
+        return isinstance(obj, keras.Variable)
+    except ImportError:
+        return False
+
+
+def signature(ckpt) -> tuple:
+    """What ``ckpt`` saves, by object and key: equal signatures, the same state layout."""
+    serialized, _, _, _ = ckpt._saver._gather_serialized_tensors(None)
+    return tuple(
+        (id(obj), key, tuple(sorted(map(str, value))) if isinstance(value, dict) else None)
+        for obj, tensors in serialized.items()
+        for key, value in tensors.items()
+    )

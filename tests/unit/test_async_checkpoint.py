@@ -150,6 +150,43 @@ def test_a_snapshot_keeps_the_values_it_was_taken_at_while_training_goes_on(tmp_
     assert all(each_differs(state(*make_model(1)), at_snapshot))
 
 
+def test_a_reader_reads_each_step_what_take_does_and_keeps_it_as_training_goes_on(tmp_path):
+    """The per-step form (an emergency checkpoint's copy): the layout read once, then the
+    values read again at each call, each snapshot the state of its own step."""
+    model, optimizer = make_model(0)
+    train_step(model, optimizer)
+    step = tf.Variable(1, dtype=tf.int64, trainable=False)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, raytf_step=step)
+    reader = snapshot.Reader.of(ckpt)
+    assert reader is not None  # plain variables only: read in one traced call
+
+    first = reader.read()
+    at_first = state(model, optimizer)
+    train_step(model, optimizer, scale=-3.0)
+    step.assign(2)
+    second = reader.read()  # read again: the new values, not the first call's
+    at_second = state(model, optimizer)
+    train_step(model, optimizer, scale=2.0)
+    assert all(each_differs(at_first, at_second))
+
+    for snap, expected, n in ((first, at_first, 1), (second, at_second, 2)):
+        prefix = str(tmp_path / f"snap{n}" / "ckpt")
+        snapshot.write(snap, prefix)
+        assert all(each_equal(restored(prefix), expected))
+        assert (
+            tf.train.load_checkpoint(prefix).get_tensor("raytf_step/.ATTRIBUTES/VARIABLE_VALUE")
+            == n
+        )
+    # The same keys as TF's own write of the same checkpoint.
+    sync = ckpt.write(str(tmp_path / "sync" / "ckpt"))
+    assert set(tf.train.load_checkpoint(prefix).get_variable_to_shape_map()) == set(
+        tf.train.load_checkpoint(sync).get_variable_to_shape_map()
+    )
+    assert snapshot.signature(ckpt) == reader.signature
+    ckpt.extra = tf.Variable(0.0)  # a value made since the layout was read
+    assert snapshot.signature(ckpt) != reader.signature
+
+
 def test_a_snapshot_writes_what_a_synchronous_write_at_the_same_moment_does(tmp_path):
     model, optimizer = make_model(0)
     train_step(model, optimizer, scale=0.5)
