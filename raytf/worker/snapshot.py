@@ -88,13 +88,13 @@ class Reader:
     longer covers the whole state.
     """
 
-    def __init__(self, ckpt, layout, sources, registered):
+    def __init__(self, ckpt, serialized, layout, sources, registered):
         import tensorflow as tf
 
         self.ckpt = ckpt
         self._layout = layout  # (trackable, checkpoint key, slice spec or None) per value
         self._registered = registered
-        self.signature = signature(ckpt)
+        self.signature = _signature(serialized)
         # Traced once: each call reads every variable anew (a constant stays one).
         self._read = tf.function(lambda: [tf.identity(_value(s)) for s in sources])
 
@@ -117,7 +117,7 @@ class Reader:
                         return None  # computed in Python at save time: take() it
                     layout.append((obj, key, spec))
                     sources.append(leaf)
-        return cls(ckpt, layout, sources, registered)
+        return cls(ckpt, serialized, layout, sources, registered)
 
     def read(self) -> Snapshot:
         from tensorflow.python.util import object_identity
@@ -155,7 +155,10 @@ def _is_variable(obj) -> bool:
 
 def signature(ckpt) -> tuple:
     """What ``ckpt`` saves, by object and key: equal signatures, the same state layout."""
-    serialized, _, _, _ = ckpt._saver._gather_serialized_tensors(None)
+    return _signature(ckpt._saver._gather_serialized_tensors(None)[0])
+
+
+def _signature(serialized) -> tuple:
     return tuple(
         (id(obj), key, tuple(sorted(map(str, value))) if isinstance(value, dict) else None)
         for obj, tensors in serialized.items()
