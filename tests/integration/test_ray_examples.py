@@ -205,6 +205,17 @@ def epoch_reports(run_dir: pathlib.Path) -> list[dict]:
     return [r["metrics"] for r in records if r.get("rank") == 0 and "loss" in r.get("metrics", {})]
 
 
+def learned_with_a_checkpoint_per_epoch(run_dir: pathlib.Path, epochs: int) -> list[str]:
+    """Rank 0 reported once per epoch with a falling loss, and Ray's callback stored one
+    checkpoint per epoch, in order: their names."""
+    reports = epoch_reports(run_dir)
+    assert len(reports) == epochs, reports
+    assert reports[-1]["loss"] < reports[0]["loss"]
+    names = sorted(n for n in os.listdir(run_dir / CHECKPOINTS) if n.startswith("checkpoint_"))
+    assert names == [f"checkpoint_{i:06d}" for i in range(epochs)]
+    return names
+
+
 def test_the_mnist_example_runs_with_its_imports_and_download_changed(cluster_env, tmp_path):
     """tf_keras's ``fit`` (the example sets ``TF_USE_LEGACY_KERAS=1``) with Ray's callback:
     2 epochs of 70 steps on 2 workers, a report and a ``model.keras`` checkpoint per epoch."""
@@ -212,14 +223,8 @@ def test_the_mnist_example_runs_with_its_imports_and_download_changed(cluster_en
     assert counts == {"import": 3, "data": 1}
     args = ["--num-workers", "2", "--epochs", "2"]
     run_dir, screen = run_example("tensorflow_mnist_example.py", args, cluster_env, tmp_path)
-    reports = epoch_reports(run_dir)
-    assert len(reports) == 2, reports
-    assert reports[-1]["loss"] < reports[0]["loss"]
-    names = sorted(os.listdir(run_dir / CHECKPOINTS))
-    assert [n for n in names if n.startswith("checkpoint_")] == [
-        f"checkpoint_{i:06d}" for i in range(2)
-    ]
-    with open(run_dir / CHECKPOINTS / names[-2] / "model.keras", "rb") as f:
+    names = learned_with_a_checkpoint_per_epoch(run_dir, 2)
+    with open(run_dir / CHECKPOINTS / names[-1] / "model.keras", "rb") as f:
         assert f.read(2) == b"PK"  # a .keras file is a zip
     # Its own MultiWorkerMirroredStrategy() is the worker's (raytf.worker.own_strategy):
     # collective ops are not enabled a second time, so TF has nothing to warn about.
@@ -272,11 +277,7 @@ def test_the_autoencoder_reads_its_shard_through_a_generator(cluster_env, tmp_pa
     assert counts == {"import": 4, "data": 3}
     args = ["--num-workers", "2", "--epochs", "3"]
     run_dir, _ = run_example("tensorflow_autoencoder_example.py", args, cluster_env, tmp_path)
-    reports = epoch_reports(run_dir)
-    assert len(reports) == 3, reports
-    assert reports[-1]["loss"] < reports[0]["loss"]
-    names = [n for n in os.listdir(run_dir / CHECKPOINTS) if n.startswith("checkpoint_")]
-    assert sorted(names) == [f"checkpoint_{i:06d}" for i in range(3)]
+    learned_with_a_checkpoint_per_epoch(run_dir, 3)
 
 
 def test_rays_own_tensorflow_trainer_test_passes_with_its_imports_changed(tmp_path):
