@@ -112,6 +112,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--score", default=None, help="keep the best checkpoints by this metric")
     p.add_argument("--score-order", default="min", choices=("min", "max"))
     p.add_argument("--max-failures", type=int, default=0)
+    p.add_argument(
+        "--emergency-every",
+        type=int,
+        default=None,
+        help="copy the state for emergency checkpoints every N steps (default: measured)",
+    )
     p.add_argument("--return-weights", action="store_true")
     p.add_argument(
         "--plain", action="store_true", help="TensorFlow's idiom: no raytf callback in the loop"
@@ -150,7 +156,9 @@ def main(argv=None) -> dict:
                 checkpoint_score_attribute=args.score,
                 checkpoint_score_order=args.score_order,
             ),
-            failure_config=raytf.FailureConfig(max_failures=args.max_failures),
+            failure_config=raytf.FailureConfig(
+                max_failures=args.max_failures, emergency_every_steps=args.emergency_every
+            ),
         ),
     ).fit()
     if not connected_before:

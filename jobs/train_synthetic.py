@@ -174,6 +174,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="restart from the last committed checkpoint, not the survivors' last step",
     )
+    p.add_argument(
+        "--emergency-every",
+        type=int,
+        default=None,
+        help="copy the state for emergency checkpoints every N steps (default: measured)",
+    )
     p.add_argument("--placement-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--slow-while", default=None, help=argparse.SUPPRESS)
@@ -217,6 +223,7 @@ def main(argv=None) -> dict:
                 max_failures=args.max_failures,
                 hang_timeout_s=args.hang_timeout,
                 emergency_checkpoint=not args.no_emergency_checkpoint,
+                emergency_every_steps=args.emergency_every,
             ),
         ),
     )

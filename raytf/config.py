@@ -7,38 +7,24 @@ value: a mistake must surface before any process starts, never as a hang later.
 
 from __future__ import annotations
 
-import math
 import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from raytf.config_checks import (
+    check_resources,
+    count_or_none,
+    finite_number,
+    is_count,
+    positive_or_none,
+)
 from raytf.errors import ConfigError
 from raytf.rundir.storage import join_run_dir
 from raytf.settings import Settings
 
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def _check_resources(where: str, resources: dict[str, Any]) -> dict[str, float]:
-    if not isinstance(resources, dict):
-        raise ConfigError(f"{where} must be a dict of resource name to amount, got {resources!r}")
-    checked: dict[str, float] = {}
-    for name, amount in resources.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{where} has a resource name {name!r}: names are non-empty strings")
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-            raise ConfigError(f"{where}[{name!r}] = {amount!r}: amounts are numbers")
-        if not math.isfinite(amount) or amount < 0:
-            raise ConfigError(f"{where}[{name!r}] = {amount!r}: amounts must be finite and >= 0")
-        if name == "GPU" and amount > 1 and amount != int(amount):
-            raise ConfigError(
-                f"{where}['GPU'] = {amount!r}: above 1, GPUs per worker must be a whole number"
-            )
-        checked[name] = float(amount)
-    return checked
 
 
 @dataclass(frozen=True)
@@ -74,22 +60,20 @@ class ScalingConfig:
     def __post_init__(self) -> None:
         n = self.num_workers
         if isinstance(n, (tuple, list)):
-            if len(n) != 2 or not all(_is_count(k) for k in n) or n[0] > n[1]:
+            if len(n) != 2 or not all(is_count(k) for k in n) or n[0] > n[1]:
                 raise ConfigError(
                     f"ScalingConfig.num_workers = {n!r}: an elastic group is (min, max) "
                     "with integers 1 <= min <= max"
                 )
             object.__setattr__(self, "num_workers", tuple(n) if n[0] < n[1] else n[0])
-        elif not _is_count(n) and not (n == 0 and not isinstance(n, bool)):
+        elif not is_count(n) and not (n == 0 and not isinstance(n, bool)):
             raise ConfigError(
                 f"ScalingConfig.num_workers = {n!r}: must be an integer >= 1, (min, max), "
                 "or 0 for local mode (the loop runs in this process, without Ray)"
             )
-        wait = self.elastic_wait_s
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
-            raise ConfigError(f"ScalingConfig.elastic_wait_s = {wait!r}: must be a number >= 0")
+        finite_number("ScalingConfig.elastic_wait_s", self.elastic_wait_s, low_ok=True)
         g = self.global_batch_size
-        if g is not None and not _is_count(g):
+        if g is not None and not is_count(g):
             raise ConfigError(
                 f"ScalingConfig.global_batch_size = {g!r}: must be an integer >= 1, or None"
             )
@@ -101,7 +85,7 @@ class ScalingConfig:
                 f"must be one of {', '.join(PLACEMENT_STRATEGIES)}"
             )
         if self.resources_per_worker is not None:
-            res = _check_resources("ScalingConfig.resources_per_worker", self.resources_per_worker)
+            res = check_resources("ScalingConfig.resources_per_worker", self.resources_per_worker)
             if self.use_gpu and res.get("GPU", 1) == 0:
                 raise ConfigError(
                     "ScalingConfig.resources_per_worker['GPU'] = 0 with use_gpu=True: "
@@ -162,19 +146,6 @@ class ScalingConfig:
         return max(1, self.gpus_per_worker) if self.use_gpu else 1
 
 
-def _is_count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
-
-
-def _positive_or_none(where: str, value: Any, integer: bool = False) -> None:
-    if value is None:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        what = "an integer" if integer else "a number"
-        raise ConfigError(f"{where} = {value!r}: must be {what} > 0, or None")
-
-
 @dataclass(frozen=True)
 class CheckpointConfig:
     """When the driver has every worker checkpoint, and how many committed ones to keep.
@@ -216,11 +187,11 @@ class CheckpointConfig:
     refuse_nonfinite: bool = True
 
     def __post_init__(self) -> None:
-        _positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
-        _positive_or_none(
+        positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
+        positive_or_none(
             "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
         )
-        _positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
+        positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
         for fname in ("async_save", "export_saved_model", "refuse_nonfinite"):
             if not isinstance(getattr(self, fname), bool):
                 raise ConfigError(
@@ -257,8 +228,12 @@ class FailureConfig:
     answers within milliseconds. ``standby_workers`` keeps a spare process per
     worker with TensorFlow imported, so a restart skips the 5-7 s import.
     ``emergency_checkpoint``: when a worker dies, the others' state at the last
-    step every rank completed is committed before the restart, so no
-    completed step is redone (``raytf.worker.emergency`` says where it cannot).
+    step they copied is committed before the restart (``raytf.worker.emergency``
+    says where it cannot). ``emergency_every_steps``: how often they copy it;
+    None measures the copy in the run and takes it every step where it costs at
+    most 1 % of a step, else as seldom as keeps it there (a SIGKILL then redoes
+    fewer steps than that; ``raytf.worker.copy_cadence``); 1: every step, nothing
+    completed redone, whatever the copy costs.
     """
 
     max_failures: int = 0
@@ -268,6 +243,7 @@ class FailureConfig:
     phase_timeout_s: float | None = 1800.0
     standby_workers: bool = True
     emergency_checkpoint: bool = True
+    emergency_every_steps: int | None = None
 
     def __post_init__(self) -> None:
         m = self.max_failures
@@ -280,9 +256,10 @@ class FailureConfig:
                 raise ConfigError(
                     f"FailureConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
                 )
-        _positive_or_none("FailureConfig.hang_timeout_s", self.hang_timeout_s)
-        _positive_or_none("FailureConfig.unresponsive_timeout_s", self.unresponsive_timeout_s)
-        _positive_or_none("FailureConfig.phase_timeout_s", self.phase_timeout_s)
+        count_or_none("FailureConfig.emergency_every_steps", self.emergency_every_steps)
+        positive_or_none("FailureConfig.hang_timeout_s", self.hang_timeout_s)
+        positive_or_none("FailureConfig.unresponsive_timeout_s", self.unresponsive_timeout_s)
+        positive_or_none("FailureConfig.phase_timeout_s", self.phase_timeout_s)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -379,9 +356,7 @@ class RunConfig:
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"RunConfig.verbose = {self.verbose!r}: must be 0, 1 or 2")
         for fname in ("progress_interval_s", "setup_timeout_s", "placement_timeout_s"):
-            value = getattr(self, fname)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"RunConfig.{fname} = {value!r}: must be a number > 0")
+            finite_number(f"RunConfig.{fname}", getattr(self, fname))
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise ConfigError(
                 f"RunConfig.checkpoint_config = {self.checkpoint_config!r}: "

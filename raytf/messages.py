@@ -72,6 +72,7 @@ class CheckpointPlan:
     async_save: bool = True
     restore_url: str | None = None  # None: a fresh start
     keep_last_step: bool = False  # keep each step's state for an emergency checkpoint
+    last_step_every: int | None = None  # copy it every N steps; None: as often as is cheap
     refuse_nonfinite: bool = True  # the chief checks its weights at every save
     saved_model: bool = False  # the final model as a SavedModel too
 

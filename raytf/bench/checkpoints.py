@@ -144,7 +144,9 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
                 storage_path=args.storage,
                 verbose=0,
                 failure_config=raytf.FailureConfig(
-                    max_failures=-1, emergency_checkpoint=mode == "async+emergency"
+                    max_failures=-1,
+                    emergency_checkpoint=mode == "async+emergency",
+                    emergency_every_steps=args.emergency_every,
                 ),
                 checkpoint_config=raytf.CheckpointConfig(
                     checkpoint_every_steps=every, num_to_keep=2, async_save=mode != "sync"
@@ -196,6 +198,9 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--goodput-steps", type=int, default=None, help="instead of the minutes")
     p.add_argument("--kill-every", type=float, default=60.0)
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument(
+        "--emergency-every", type=int, default=None, help="the emergency copy's cadence (measured)"
+    )
     p.add_argument("--parts", default="overhead,recovery,goodput", help="which figures to run")
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--depth", type=int, default=1024)

@@ -119,15 +119,17 @@ class CheckpointCommits:
         """``Result.best_checkpoints``: each kept checkpoint's directory and score, best first."""
         return [(self.storage.url(CKPT_DIR, step_dirname(s)), score) for s, score in self.best()]
 
-    def plan(self, keep_last_step: bool = False) -> CheckpointPlan:
+    def plan(self, keep_last_step: bool = False, every: int | None = None) -> CheckpointPlan:
         """What each worker's checkpointer needs: where, how often, what to restore, and
-        whether to keep each step's state for an emergency checkpoint."""
+        whether to keep each step's state for an emergency checkpoint (every ``every``
+        steps; None: as often as the copy is cheap, ``raytf.worker.copy_cadence``)."""
         return CheckpointPlan(
             dir=CKPT_DIR,
             every_steps=self.config.checkpoint_every_steps,
             async_save=self.config.async_save,
             restore_url=self.latest.path if self.latest else None,
             keep_last_step=keep_last_step,
+            last_step_every=every,
             refuse_nonfinite=self.config.refuse_nonfinite,
             saved_model=self.config.export_saved_model,
         )

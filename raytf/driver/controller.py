@@ -119,9 +119,7 @@ class Controller(PollIntake):
         self.pool: Pool | None = None
         fc = run_config.failure_config
         self.use_standbys = fc.standby_workers and fc.max_failures != 0
-        # Not with Ray Data input: its shards resume at epoch boundaries only.
-        self.use_emergency = fc.emergency_checkpoint and fc.max_failures != 0
-        self.use_emergency = self.use_emergency and not self.data.datasets
+        self.use_emergency = self.policy.uses_emergency(ray_data=bool(self.data.datasets))
         self._standbys_asked = False
         self.port_retries = 0
         self.outputs = Outputs()
@@ -254,7 +252,8 @@ class Controller(PollIntake):
         self.status.set_workers(self.group.infos, "running")
         try:
             shards = self.data.start_attempt(self.world_size, self.progress.message)
-            plan = self.ckpts.plan(self.use_emergency)
+            every = self.policy.config.emergency_every_steps
+            plan = self.ckpts.plan(self.use_emergency, every)
             self.group.run(self.fn_ref, self.config, self.run_dir, plan, shards)
         except (UserCodeLoadError, DataShardError) as exc:
             return self._fail(exc)

@@ -108,6 +108,12 @@ class FailurePolicy:
     def __init__(self, config: FailureConfig):
         self.config = config
 
+    def uses_emergency(self, ray_data: bool) -> bool:
+        """Whether workers keep a step's state for an emergency checkpoint: not with Ray
+        Data input, whose shards resume at epoch boundaries only."""
+        fc = self.config
+        return fc.emergency_checkpoint and fc.max_failures != 0 and not ray_data
+
     def decide(self, failure: Failure, failures_so_far: int) -> Decision:
         """``failures_so_far`` counts this one too (if it counts)."""
         if failure.kind is FailureKind.RESTORE:

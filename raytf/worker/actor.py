@@ -293,6 +293,7 @@ class RaytfWorker:
             on_part=self._buffer.put,
             async_save=ckpt.async_save and snapshots,
             keep_last_step=ckpt.keep_last_step and snapshots,
+            last_step_every=ckpt.last_step_every,
             host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
             node_leader=local_rank == 0,
             refuse_nonfinite=ckpt.refuse_nonfinite,

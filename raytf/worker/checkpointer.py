@@ -25,6 +25,7 @@ from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage, retrying
 from raytf.worker import model_out, snapshot, structure
+from raytf.worker.copy_cadence import Cadence, agree_through_kv
 from raytf.worker.emergency import LastStep
 from raytf.worker.host_copy import HostCopy
 from raytf.worker.restore import (
@@ -54,6 +55,7 @@ class WorkerCheckpointer:
         on_part: Callable[[CheckpointPart], None],
         async_save: bool = False,
         keep_last_step: bool = False,
+        last_step_every: int | None = 1,
         host_copy: HostCopy | None = None,
         node_leader: bool = False,
         refuse_nonfinite: bool = False,
@@ -68,7 +70,10 @@ class WorkerCheckpointer:
         self.restore_url = restore_url
         self.on_part = on_part
         self.async_save = async_save
-        self.last_step = LastStep() if keep_last_step else None  # for an emergency checkpoint
+        self.last_step = None  # the state kept for an emergency checkpoint
+        if keep_last_step:
+            agree = agree_through_kv(rank, world_size)
+            self.last_step = LastStep(Cadence(last_step_every, agree))
         # Copies in this node's memory (object storage only): the chief keeps what it
         # wrote, the first rank of each other node (``node_leader``) writes its own.
         self.host_copy = host_copy if host_copy and not storage.local else HostCopy("", None)

@@ -41,6 +41,7 @@ import numpy as np
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.worker import snapshot
+from raytf.worker.copy_cadence import Cadence
 from raytf.worker.host_copy import is_tf_file
 
 
@@ -67,7 +68,7 @@ def _on_read_variables(checkpointer) -> list[str]:
 
 
 class LastStep:
-    """The state at the last completed step, kept at every ``step_end``.
+    """The state at the last step its ``Cadence`` copied: every step where that is cheap.
 
     A snapshot (``raytf.worker.snapshot``) holds each variable's buffer; the next
     step's in-place updates copy it first, so keeping it costs one copy of the
@@ -82,7 +83,8 @@ class LastStep:
 
     REREAD_LAYOUT_STEPS = 1000
 
-    def __init__(self):
+    def __init__(self, cadence: Cadence | None = None):
+        self.cadence = cadence or Cadence(1, lambda k: k)
         self.latest: tuple[int, snapshot.Snapshot, tuple] | None = None
         self.refused: str | None = None
         self._reader: snapshot.Reader | None = None
@@ -96,6 +98,12 @@ class LastStep:
             if on_read:
                 self.refused = f"state synchronized on read ({on_read[:3]}): reading it all-reduces"
                 return
+        measuring = self.cadence.every is None
+        due = self.cadence.copy_now(step, time.monotonic())
+        if measuring and self.cadence.every is not None and checkpointer.rank == 0:
+            print(self.cadence.describe(), flush=True)
+        if not due:
+            return
         checkpointer._step_var.assign(step)
         reader = self._reader_for(checkpointer.ckpt, step)
         snap = reader.read() if reader is not None else snapshot.take(checkpointer.ckpt)

@@ -109,10 +109,13 @@ class Reader:
             for key, value in tensors.items():
                 leaves = value.items() if isinstance(value, dict) else [(None, value)]
                 for spec, leaf in leaves:
-                    if _is_variable(obj) and (
+                    variable = _variable_of(obj)
+                    if isinstance(leaf, tf.Variable):
+                        pass  # a Keras 3 variable's TF variable (mirrored under MWMS): read it
+                    elif variable is not None and (
                         callable(leaf) or isinstance(leaf, saveable_object.SaveSpec)
                     ):
-                        leaf = obj  # TF reads it lazily, at save time: read it in the trace
+                        leaf = variable  # TF reads it lazily, at save time: read it in the trace
                     elif not isinstance(leaf, tf.Tensor):
                         return None  # computed in Python at save time: take() it
                     layout.append((obj, key, spec))
@@ -139,18 +142,24 @@ def _value(source):
     return source if isinstance(source, (tf.Variable, tf.Tensor)) else source.value
 
 
-def _is_variable(obj) -> bool:
-    """A TF variable, or Keras 3's (whose read function is a plain read as well)."""
+def _variable_of(obj):
+    """The variable ``obj`` saves, where reading it is all its save does: a TF variable,
+    Keras 3's, or a variable TF saves through a legacy saveable (a variable made under
+    a distribution strategy: its save reads the local copy); else None."""
     import tensorflow as tf
+    from tensorflow.python.training.saving import saveable_object_util
 
+    if isinstance(obj, saveable_object_util.SaveableCompatibilityConverter):
+        inner = obj.obj
+        return inner if isinstance(inner, tf.Variable) and len(obj.saveables) == 1 else None
     if isinstance(obj, tf.Variable):
-        return True
+        return obj
     try:
         import keras
 
-        return isinstance(obj, keras.Variable)
+        return obj if isinstance(obj, keras.Variable) else None
     except ImportError:
-        return False
+        return None
 
 
 def signature(ckpt) -> tuple:

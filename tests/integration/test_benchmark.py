@@ -73,6 +73,7 @@ def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
     run_alone(
         ["-m", "raytf.tools.cli", "bench", "checkpoints", "--smoke"]
         + ["--modes", "async", "--goodput-steps", "150", "--kill-every", "15"]
+        + ["--emergency-every", "1"]
         + ["--storage", str(tmp_path / "runs"), "--json", str(out)]
     )
     doc = json.loads(out.read_text())

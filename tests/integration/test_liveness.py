@@ -63,7 +63,10 @@ def test_a_slow_restore_and_slow_saves_are_not_hangs(ray_cluster, storage, tmp_p
                 checkpoint_every_steps=EVERY, async_save=False
             ),
             failure_config=raytf.FailureConfig(
-                max_failures=1, retry_user_errors=True, hang_timeout_s=HANG_TIMEOUT_S
+                max_failures=1,
+                retry_user_errors=True,
+                hang_timeout_s=HANG_TIMEOUT_S,
+                emergency_every_steps=1,  # the copy at every step, the slow ones included
             ),
         ),
     ).fit()
