@@ -204,8 +204,8 @@ class CheckpointCommits:
         self._requested_at = None
         self._unwritten = {s: v for s, v in self._unwritten.items() if s > ckpt.step}
         try:
-            order = self.config.checkpoint_score_order
-            removed = prune(self.storage, self.config.num_to_keep, self.scores(), order, self.bad)
+            order, keep = self.config.checkpoint_score_order, self.config.num_to_keep
+            removed = prune(self.storage, keep, self.scores(), order, self.bad, self.kept)
         except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
             logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
             removed = []

@@ -1,9 +1,14 @@
-"""A file in the run directory that only grows: appended in place, or uploaded whole.
+"""A file in the run directory that only grows: appended in place, or uploaded in segments.
 
 A local (or shared) run directory takes appends directly. An object store has
-no append, so the lines go to a local spool file first and the whole file is
-uploaded when a flush is due (every ``UPLOAD_EVERY_S``) and at the end: what
-``raytf status`` reads from a bucket is at most that old.
+no append, so the lines go to a local spool file first and what the file
+gained since the last upload goes up as one segment when a flush is due (every
+``UPLOAD_EVERY_S``) and at the end (``raytf.rundir.segments``: the format, and
+how ``status``, ``logs`` and ``plot`` read it back whole). An upload costs what
+it adds, however long the run; every ``MERGE_EVERY`` segments they are uploaded
+once more as one (the spool holds only those) and deleted in one call, so the
+file stays a few hundred objects for a week. What ``raytf status`` reads from a
+bucket is at most one upload interval old.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import shutil
 import tempfile
 import time
 
+from raytf.rundir import segments
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
@@ -34,21 +40,21 @@ class AppendFile:
         else:
             self._spool = tempfile.mkdtemp(prefix="raytf-spool-")
             self._path = os.path.join(self._spool, posixpath.basename(parts[-1]))
-            self._download()
+            self._next = self._first_sequence()
+            self._sent = 0  # the spool's bytes already uploaded (as the window's segments)
+            self._window: list[int] = []  # segments uploaded since the last merge
         self._file = open(self._path, "a", encoding="utf-8")
         if _ends_mid_line(self._path):
             self._file.write("\n")  # a driver killed mid-write: its last line stays its own
 
-    def _download(self) -> None:
-        """A driver continuing a run continues its file; one that cannot read it writes
-        beside it rather than over the earlier drivers' record."""
+    def _first_sequence(self) -> int:
+        """After the segments earlier drivers of the run uploaded (one listing). If the
+        store cannot say, a number from the clock: after them all, as a later driver is."""
         try:
-            if self.storage.exists(*self.parts):
-                self.storage.fs.get_file(self.storage.path(*self.parts), self._path)
-        except Exception as exc:  # noqa: BLE001 - a new file is better than none
-            *head, name = self.parts
-            self.parts = (*head, f"{name}.{int(time.time())}")
-            logger.warning("could not read %s (%s): writing %s", name, exc, self.parts[-1])
+            return segments.last_sequence(self.storage, *self.parts) + 1
+        except Exception as exc:  # noqa: BLE001 - the run goes on; its record too
+            logger.warning("could not list %s's segments (%s)", self.parts[-1], exc)
+            return int(time.time() * 1000)
 
     def write(self, text: str) -> None:
         try:
@@ -73,11 +79,49 @@ class AppendFile:
             return
         if force or time.monotonic() - self._uploaded >= UPLOAD_EVERY_S:
             try:
-                self.storage.fs.put_file(self._path, self.storage.path(*self.parts))
+                self._upload_new()
+                if len(self._window) >= segments.MERGE_EVERY:
+                    self._merge()
                 self._dirty = False
             except Exception as exc:  # noqa: BLE001 - the next flush tries again
                 logger.warning("could not upload %s: %s", "/".join(self.parts), exc)
             self._uploaded = time.monotonic()
+
+    def _segment(self, first: int, last: int) -> tuple[str, ...]:
+        *head, name = self.parts
+        return (*head, segments.parts_dir(name), segments.part_name(first, last))
+
+    def _upload_new(self) -> None:
+        """What the spool gained since the last upload, as the next segment."""
+        with open(self._path, "rb") as f:
+            f.seek(self._sent)
+            data = f.read()
+        if not data:
+            return
+        self.storage.write_atomic(data, *self._segment(self._next, self._next))
+        self._window.append(self._next)
+        self._next += 1
+        self._sent += len(data)
+
+    def _merge(self) -> None:
+        """The window's segments as one, then theirs deleted; the spool starts empty."""
+        with open(self._path, "rb") as f:
+            data = f.read(self._sent)
+        first, last = self._window[0], self._window[-1]
+        self.storage.write_atomic(data, *self._segment(first, last))
+        singles = [self.storage.path(*self._segment(seq, seq)) for seq in self._window]
+        self._file.close()
+        with open(self._path, "rb") as f:
+            f.seek(self._sent)
+            rest = f.read()  # nothing after a flush; kept all the same
+        with open(self._path, "wb") as f:
+            f.write(rest)
+        self._file = open(self._path, "a", encoding="utf-8")
+        self._window, self._sent = [], 0
+        try:
+            self.storage.fs.rm(singles)
+        except Exception as exc:  # noqa: BLE001 - readers take the merged one anyway
+            logger.warning("could not delete %s's merged segments: %s", self.parts[-1], exc)
 
     def close(self) -> None:
         self.flush(force=True)

@@ -189,8 +189,13 @@ def prune(
     scores: dict[int, float | None] | None = None,
     order: str = "max",
     bad: set[int] = frozenset(),
+    done: list[int] | None = None,
 ) -> list[int]:
     """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
+
+    ``done``: the committed steps, as the caller (the driver) knows them; without it
+    each one's manifest is looked up, one storage call per checkpoint. With it a prune
+    costs one listing and a delete per checkpoint dropped, however many are kept.
 
     Only intact checkpoints count: ``bad`` ones (marked after a failed restore)
     never take a place, so a fallback cannot make retention delete the fresh
@@ -198,7 +203,7 @@ def prune(
     A directory without a manifest older than the newest commit is the remains
     of a save interrupted by a failure; one newer may still be being written.
     """
-    done = committed(storage)
+    done = committed(storage) if done is None else sorted(set(done))
     good = [s for s in done if s not in bad]
     drop = to_drop(good, num_to_keep, scores, order)
     kept = [s for s in good if s not in drop]

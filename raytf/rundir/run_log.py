@@ -15,7 +15,8 @@ skipped by the reader. Record types, each with ``time`` (wall seconds):
 
 Each rank's whole output (TensorFlow's start-up notes included, which the
 driver's screen leaves out) goes to ``logs/rank_<R>.log``, continued across
-attempts with a header line per attempt.
+attempts with a header line per attempt. On an object store each file is a
+series of segments (``raytf.rundir.segments``); read them through it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from raytf.rundir import segments
 from raytf.rundir.storage import Storage
 
 RUN_LOG = "metrics.jsonl"
@@ -52,7 +54,6 @@ def parse_records(text: str) -> list[dict[str, Any]]:
 def read_run_log(run_dir: str | Storage) -> list[dict[str, Any]]:
     """A run's records, oldest first; [] for a run that has none (yet, or from before)."""
     storage = run_dir if isinstance(run_dir, Storage) else Storage(run_dir)
-    if not storage.exists(RUN_LOG):
+    if not segments.exists(storage, RUN_LOG):
         return []
-    with storage.fs.open(storage.path(RUN_LOG), "r") as f:
-        return parse_records(f.read())
+    return parse_records(segments.read(storage, RUN_LOG).decode("utf-8", errors="replace"))

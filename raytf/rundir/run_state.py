@@ -4,6 +4,12 @@ Written by the driver at every state change (and about once a second while
 running), atomically, so ``raytf status RUN_DIR`` always reads a whole
 document, even mid-write or after the driver died. A driver restarted on the
 same run directory continues its attempt count and failure list from here.
+
+Its size is bounded, since it is rewritten every second for the whole run
+(uploaded whole, on an object store): each list of events keeps its newest
+``RECENT`` entries beside a ``<list>_total`` count (the full history is in
+``metrics.jsonl``), and past ``WORKERS_LISTED`` workers ``workers`` lists the
+ones furthest behind, with ``workers_total`` and ``workers_by_state``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any
 from raytf.rundir.storage import Storage
 
 STATE_FILE = "state.json"
+RECENT = 20  # entries of each event list kept in state.json
+WORKERS_LISTED = 64
+_EVENT_LISTS = ("failures", "recoveries_s", "resumed_at", "preemption_log", "resizes")
 
 
 @dataclass
@@ -51,7 +60,31 @@ class RunState:
         for key in ("attempt", "failures", "resizes", "preemption_log"):
             if key in previous:
                 setattr(state, key, previous[key])
+        for key in ("failures", "resizes", "preemption_log"):
+            held = len(previous.get(key) or [])
+            state._earlier[key] = max(0, previous.get(f"{key}_total", held) - held)  # cut off
         return state
+
+    def __post_init__(self) -> None:
+        self._earlier: dict[str, int] = {}  # entries of a list no longer held, per list
+
+    def document(self) -> dict[str, Any]:
+        """What state.json holds: this state, bounded (the module's docstring)."""
+        doc = asdict(self)
+        for key in _EVENT_LISTS:
+            values = doc[key]
+            doc[f"{key}_total"] = self._earlier.get(key, 0) + len(values)
+            doc[key] = values[-RECENT:]
+        workers = doc["workers"]
+        doc["workers_total"] = len(workers)
+        if len(workers) > WORKERS_LISTED:
+            by_state: dict[str, int] = {}
+            for w in workers:
+                by_state[w["state"]] = by_state.get(w["state"], 0) + 1
+            doc["workers_by_state"] = by_state
+            behind = sorted(workers, key=_behind)  # the stragglers
+            doc["workers"] = sorted(behind[:WORKERS_LISTED], key=lambda w: w["rank"])
+        return doc
 
     def add_failure(self, attempt: int, kind: str, cause: BaseException, at: float) -> None:
         """``step`` is the last step rank 0 reported before the failure: with the
@@ -100,7 +133,12 @@ class RunState:
                 worker["state"] = "finished" if state == "FINISHED" else "stopped"
         if state != "RUNNING" or time.time() - self.updated >= 1.0:
             self.updated = time.time()
-            write(asdict(self))
+            write(self.document())
+
+
+def _behind(worker: dict) -> tuple:
+    """Sorts workers not started yet (no step) first, then by step, lowest first."""
+    return (worker["last_step"] is not None, worker["last_step"] or 0)
 
 
 def load_previous(storage: Storage) -> dict[str, Any]:

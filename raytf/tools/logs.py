@@ -4,8 +4,8 @@ The driver's screen shows what workers print, but not TensorFlow's start-up
 notes and not a run the operator did not start; the rank logs under
 ``RUN_DIR/logs/`` have everything, on any node and after the cluster is gone.
 Reading goes through Storage, so a run on an object store is followed too:
-there an object cannot be appended to, so each poll reads it again and
-prints what is past the part already printed.
+there a log is a series of segments (``raytf.rundir.segments``), and each poll
+fetches only the segments it has not printed.
 """
 
 from __future__ import annotations
@@ -17,36 +17,28 @@ from collections.abc import Callable
 from typing import TextIO
 
 from raytf.driver.states import State
-from raytf.rundir.run_log import LOGS_DIR
+from raytf.rundir import segments
+from raytf.rundir.run_log import LOGS_DIR, rank_log_name
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.storage import Storage
 
 POLL_S = 0.5
 QUIET_S = 2.0  # after the run ended, this long without a new line and following stops
-# On an object store the driver uploads a log whole every 10 s and last after state.json says
-# the run ended: wait past one upload, or its last lines are missed.
+# On an object store the driver uploads what a log gained every 10 s, and last after
+# state.json says the run ended: wait past one upload, or its last lines are missed.
 REMOTE_QUIET_S = 12.0
 _utf8 = codecs.getincrementaldecoder("utf-8")
-_LOG_RE = re.compile(r"^rank_(\d+)\.log$")
+_LOG_RE = re.compile(r"^rank_(\d+)\.log(\.parts)?$")
 
 
 def rank_logs(storage: Storage) -> dict[int, str]:
-    """rank -> file name, for every rank log there is."""
+    """rank -> file name, for every rank log there is (whole, or in segments)."""
     found = {}
     for name in storage.listdir(LOGS_DIR):
         m = _LOG_RE.match(name)
         if m:
-            found[int(m.group(1))] = name
+            found[int(m.group(1))] = rank_log_name(int(m.group(1)))
     return dict(sorted(found.items()))
-
-
-def _read_from(storage: Storage, name: str, offset: int) -> bytes:
-    path = storage.path(LOGS_DIR, name)
-    if storage.local:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read()
-    return storage.fs.cat_file(path)[offset:]  # the whole object again: it was rewritten
 
 
 def _prefix(rank: int, prefixed: bool) -> str:
@@ -57,10 +49,10 @@ def print_logs(storage: Storage, ranks: list[int], out: TextIO, prefixed: bool) 
     """Each rank's file whole, one after another, in rank order."""
     names = rank_logs(storage)
     for rank in ranks:
-        with storage.fs.open(storage.path(LOGS_DIR, names[rank]), "rb") as f:
-            for raw in f:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                out.write(f"{_prefix(rank, prefixed)}{line}\n")
+        text = segments.read(storage, LOGS_DIR, names[rank]).decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        for line in lines[:-1] if lines[-1] == "" else lines:  # "\r" stays in its line
+            out.write(f"{_prefix(rank, prefixed)}{line}\n")
     out.flush()
 
 
@@ -73,11 +65,11 @@ def run_ended(storage: Storage) -> bool:
 
 
 class Follower:
-    """What each rank's file has printed so far: an offset, and a line not yet whole."""
+    """What each rank's file has printed so far: a position, and a line not yet whole."""
 
     def __init__(self, storage: Storage, ranks: list[int] | None, out: TextIO, prefixed: bool):
         self.storage, self.ranks, self.out, self.prefixed = storage, ranks, out, prefixed
-        self.offsets: dict[int, int] = {}
+        self.positions: dict[int, segments.Position] = {}
         self.partial: dict[int, str] = {}
         self.decoders: dict[int, codecs.IncrementalDecoder] = {}  # a character cut in two
 
@@ -88,11 +80,11 @@ class Follower:
         for rank, name in rank_logs(self.storage).items():
             if self.ranks is not None and rank not in self.ranks:
                 continue
-            data = _read_from(self.storage, name, self.offsets.get(rank, 0))
+            position = self.positions.setdefault(rank, segments.Position())
+            data = segments.read_new(self.storage, position, LOGS_DIR, name)
             if not data:
                 continue
             grew = True
-            self.offsets[rank] = self.offsets.get(rank, 0) + len(data)
             decoder = self.decoders.setdefault(rank, _utf8(errors="replace"))
             text = self.partial.pop(rank, "") + decoder.decode(data)
             *lines, rest = text.split("\n")

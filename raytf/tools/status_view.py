@@ -72,6 +72,20 @@ def _size_line(doc: dict) -> str:
     return line
 
 
+def _workers_more(doc: dict) -> str | None:
+    """Past a size state.json lists the workers furthest behind: say how many are not."""
+    total, listed = doc.get("workers_total"), len(doc.get("workers") or [])
+    if not total or total <= listed:
+        return None
+    states = ", ".join(f"{n} {s}" for s, n in sorted((doc.get("workers_by_state") or {}).items()))
+    return f"  ... the {listed} furthest behind of {total} workers ({states})"
+
+
+def _total(doc: dict, key: str) -> int:
+    """A list's whole count: state.json keeps only its newest entries."""
+    return doc.get(f"{key}_total") or len(doc.get(key) or [])
+
+
 def _workers_table(workers: list[dict]) -> list[str]:
     rows = [("rank", "node ip", "pid", "gpus", "state", "last step")]
     for w in sorted(workers, key=lambda w: w.get("rank", 0)):
@@ -89,8 +103,9 @@ def _checkpoints_line(doc: dict) -> str:
     return f"checkpoints: {len(steps)}, latest at step {max(steps)}"
 
 
-def _failure_lines(failures: list[dict]) -> list[str]:
-    lines = [f"failures: {len(failures)}"]
+def _failure_lines(failures: list[dict], total: int) -> list[str]:
+    shown = f" (the last {len(failures)})" if total > len(failures) else ""
+    lines = [f"failures: {total}{shown}"]
     for f in failures:
         step = f.get("step")
         where = f" at step {step}" if step is not None else ""
@@ -99,8 +114,8 @@ def _failure_lines(failures: list[dict]) -> list[str]:
     return lines
 
 
-def _resize_lines(resizes: list[dict]) -> list[str]:
-    lines = [f"resizes: {len(resizes)}"]
+def _resize_lines(resizes: list[dict], total: int) -> list[str]:
+    lines = [f"resizes: {total}"]
     for r in resizes:
         lines.append(
             f"  attempt {r.get('attempt')}: {r.get('before')} -> {r.get('after')} workers "
@@ -148,16 +163,19 @@ def format_status(doc: dict, records: list[dict], now: float) -> str:
     lines.append(_size_line(doc))
     if doc.get("workers"):
         lines.extend(_workers_table(doc["workers"]))
+        more = _workers_more(doc)
+        if more:
+            lines.append(more)
     startup = _startup_line(doc.get("startup") or {})
     if startup:
         lines.append(startup)
     lines.append(_checkpoints_line(doc))
     if doc.get("failures"):
-        lines.extend(_failure_lines(doc["failures"]))
+        lines.extend(_failure_lines(doc["failures"], _total(doc, "failures")))
     if doc.get("recoveries_s"):
         lines.append("recoveries: " + ", ".join(f"{s:.1f} s" for s in doc["recoveries_s"]))
     if doc.get("resizes"):
-        lines.extend(_resize_lines(doc["resizes"]))
+        lines.extend(_resize_lines(doc["resizes"], _total(doc, "resizes")))
     if doc.get("preemptions") or doc.get("preemption_log"):
         lines.extend(_preemption_lines(doc))
     lines.append(f"more: raytf logs {run_dir} [--rank R] [--follow]; raytf plot {run_dir}")

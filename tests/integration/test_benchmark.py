@@ -65,23 +65,30 @@ def test_smoke_run_produces_every_figure_for_every_way(tmp_path):
     assert "| TensorFlow imported (slowest) |" in text
 
 
-def test_checkpoint_benchmark_smoke_gives_its_figures(tmp_path):
-    """``raytf bench checkpoints --smoke`` (a tiny model): the overhead of asynchronous
-    saves, a SIGKILL recovered through an emergency checkpoint with no step redone,
-    and a goodput run with kills; the real figures are in docs/benchmarks.md."""
-    out = tmp_path / "ckpt.json"
+def test_the_gpu_check_at_smoke_size_gives_every_figure(tmp_path):
+    """``jobs/gpu_check.py --smoke`` on CPU, as the suite runs it until a GPU is lent: the
+    emergency copy read on the variables' device, then ``raytf bench checkpoints`` (a
+    tiny model, 2 workers): step times without fault tolerance and with the defaults,
+    a SIGKILL recovered through an emergency checkpoint with no step redone (the copy
+    at every step), and a goodput run with kills; the real figures are in
+    docs/benchmarks.md."""
+    out = tmp_path / "check.json"
     run_alone(
-        ["-m", "raytf.tools.cli", "bench", "checkpoints", "--smoke"]
-        + ["--modes", "async", "--goodput-steps", "150", "--kill-every", "15"]
-        + ["--emergency-every", "1"]
+        [os.path.join(ROOT, "jobs", "gpu_check.py"), "--smoke", "--emergency-every", "1"]
         + ["--storage", str(tmp_path / "runs"), "--json", str(out)]
     )
     doc = json.loads(out.read_text())
-    (over,) = doc["overhead"]
-    assert over["mode"] == "async" and over["median_step_s"] > 0 and over["ckpt_mb"] > 0
-    assert over["stall_s"] >= 0 and over["persist_s"] > 0
-    (rec,) = doc["recovery"]
+    device = doc["device_check"]
+    assert device["device"] == "/CPU:0" and device["off_device"] == []
+    assert device["copied_tensors"] >= 10 and device["step_ms"] > 0
+    bench = doc["bench"]
+    assert [o["mode"] for o in bench["overhead"]] == ["none", "async+emergency"]
+    for over in bench["overhead"]:
+        assert over["median_step_s"] > 0 and over["mean_step_s"] >= over["median_step_s"] * 0.5
+    ft = bench["overhead"][1]
+    assert ft["ckpt_mb"] > 0 and ft["stall_s"] >= 0 and ft["persist_s"] > 0
+    (rec,) = bench["recovery"]
     assert rec["kills"] == 1 and len(rec["recoveries_s"]) == 1 and rec["recoveries_s"][0] > 0
     assert rec["redone"] == 0, rec  # the survivors' emergency checkpoint: nothing redone
-    (good,) = doc["goodput"]
+    (good,) = bench["goodput"]
     assert good["kills"] >= 1 and 0 < good["goodput_pct"] <= 100, good

@@ -3,6 +3,8 @@
 worker SIGKILLed, the driver SIGKILLed and rerun, the endpoint erroring, resetting,
 stalling and slow mid-run (``fault_proxy``)."""
 
+import contextlib
+import io
 import os
 import re
 import signal
@@ -11,8 +13,11 @@ import time
 import pytest
 
 import raytf
+from raytf.rundir import segments
 from raytf.rundir.checkpoints import latest_intact, verify
+from raytf.rundir.run_log import RUN_LOG, read_run_log
 from raytf.rundir.storage import Storage, refresh_fsspec_env
+from raytf.tools.cli import main as cli
 
 from .fault_proxy import FaultProxy
 from .jobrun import FAULT_ARGS, JobRun
@@ -186,4 +191,29 @@ def test_storage_faults_a_lost_save_and_a_killed_driver_cost_time_not_checkpoint
     kinds = [f["kind"] for f in storage.read_json("state.json")["failures"]]
     assert kinds == ["worker_died"], kinds  # no user error, no storage, no damage
     assert not os.path.exists(os.path.join(os.getcwd(), "s3:")), "nothing lands locally"
+    assert_the_records_came_through_in_segments(storage, summary["attempts"])
     print(f"\nrequests met per mode: {dict(proxy.met)}; resumed after {resumed}, before {before}")
+
+
+def assert_the_records_came_through_in_segments(storage: Storage, attempts: int) -> None:
+    """The run's event log and rank logs went up as segments, through the faults and two
+    drivers: read back whole, no line twice (a retried upload replaces its segment), and
+    ``raytf status`` and ``raytf logs`` read them from the bucket."""
+    assert not storage.exists(RUN_LOG) and storage.listdir(segments.parts_dir(RUN_LOG))
+    records = read_run_log(storage)
+    reports = [(r["attempt"], r["rank"], r["step"]) for r in records if r["type"] == "report"]
+    assert len(reports) == len(set(reports)), "a line uploaded twice"
+    # The killed driver's last lines (under one upload interval: attempt 2's, here) were
+    # in its spool only; the first attempt's and the rerun's are in the bucket.
+    assert {1, attempts} <= {a for a, rank, _ in reports if rank == 0}
+    assert max(step for _, _, step in reports) == 160
+    ends = [r["state"] for r in records if r["type"] == "end"]
+    assert ends == ["FINISHED"], ends  # the first driver was killed: no end of its own
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(["status", storage.uri]) == 0
+        assert cli(["logs", storage.uri, "--rank", "0"]) == 0
+    text = out.getvalue()
+    assert "FINISHED" in text
+    headers = [int(a) for a in re.findall(r"--- attempt (\d+)", text)]
+    assert headers == sorted(headers) and {1, attempts} <= set(headers), headers

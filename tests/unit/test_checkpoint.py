@@ -97,6 +97,24 @@ def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(sto
     assert coord.restore_point().step == 10
 
 
+def test_a_commit_costs_the_same_storage_calls_with_200_checkpoints_kept(storage, monkeypatch):
+    """A week-long run keeps every checkpoint (no ``num_to_keep``): its 200th commit and
+    prune must ask the store no more than its 5th (before, one lookup per checkpoint)."""
+    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=2)
+    calls = []
+    for name in ("exists", "listdir", "size", "read_json", "write_atomic", "remove"):
+        real = getattr(storage, name)
+        monkeypatch.setattr(storage, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a))
+    per_commit = {}
+    for k in range(1, 201):
+        parts = write_parts(storage, 10 * k)
+        before = len(calls)
+        assert [c.step for c in coord.on_parts(parts, attempt=1)] == [10 * k]
+        per_commit[k] = len(calls) - before
+    assert per_commit[200] == per_commit[5] and per_commit[5] <= 12, per_commit
+    assert len(coord.kept) == 200 and committed(storage)[-1] == 2000  # all kept, all there
+
+
 def test_coordinator_time_trigger_fires_once_until_a_commit(storage):
     coord = CheckpointCommits(storage, CheckpointConfig(checkpoint_every_s=5), world_size=2)
     start = coord._last_save

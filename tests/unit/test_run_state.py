@@ -233,3 +233,52 @@ def test_load_previous_of_a_missing_or_corrupt_file_is_empty(tmp_path, storage):
     with open(os.path.join(str(tmp_path), STATE_FILE), "w") as f:
         json.dump({"attempt": 3}, f)
     assert load_previous(storage) == {"attempt": 3}
+
+
+def week_of_512_workers(tmp_path, failures: int) -> RunState:
+    state = RunState(name="run", run_dir=str(tmp_path), num_workers=512, min_workers=512)
+    state.set_workers(
+        [
+            WorkerInfo(r, f"10.0.{r // 8}.1", f"n{r // 8}", "h", 1000 + r, 6000, ())
+            for r in range(512)
+        ],
+        "running",
+    )
+    for w in state.workers:
+        w["last_step"] = 90_000 - (w["rank"] % 100 == 7) * 50  # five stragglers
+    for k in range(failures):
+        state.add_failure(k + 1, "worker_died", WorkerDiedError(k % 512, "SIGKILL"), 1000.0 + k)
+        state.recoveries_s.append(1.5)
+        state.resumed_at.append(1001.0 + k)
+    return state
+
+
+def test_state_json_stays_bounded_however_long_and_wide_the_run(tmp_path, storage, clock):
+    """Rewritten every second for the run's whole life: its size must not grow with it.
+    The newest events are kept with their totals; past 64 workers the ones furthest
+    behind are listed; a continuing driver goes on counting."""
+    sizes = {}
+    for failures in (30, 3000):
+        doc = week_of_512_workers(tmp_path, failures).document()
+        sizes[failures] = len(json.dumps(doc))
+        assert doc["failures_total"] == doc["recoveries_s_total"] == failures
+        assert len(doc["failures"]) == len(doc["resumed_at"]) == run_state.RECENT
+        assert doc["failures"][-1]["attempt"] == failures  # the newest kept
+    assert sizes[3000] == pytest.approx(sizes[30], rel=0.02) and sizes[3000] < 40_000, sizes
+    assert doc["workers_total"] == 512 and doc["workers_by_state"] == {"running": 512}
+    listed = doc["workers"]
+    assert len(listed) == run_state.WORKERS_LISTED
+    assert {7, 107, 207, 307, 407} <= {w["rank"] for w in listed}  # the stragglers first
+    assert [w["rank"] for w in listed] == sorted(w["rank"] for w in listed)
+
+    storage.write_json_atomic(doc, STATE_FILE)
+    scaling = ScalingConfig(num_workers=512)
+    again = RunState.continuing(storage, name="run", run_dir=str(tmp_path), scaling=scaling)
+    again.add_failure(3001, "worker_died", WorkerDiedError(3, "SIGKILL"), 9999.0)
+    assert again.document()["failures_total"] == 3001
+
+    from raytf.tools.status_view import format_status
+
+    text = format_status(doc, [], now=2000.0)
+    assert "failures: 3000 (the last 20)" in text
+    assert "the 64 furthest behind of 512 workers (512 running)" in text
