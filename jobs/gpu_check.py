@@ -35,29 +35,17 @@ import time
 
 def device_part(args) -> dict:
     """Part 1, in this process: build, train, copy, check the devices, time the copy."""
-    import keras
     import numpy as np
     import tensorflow as tf
 
+    from raytf.bench.checkpoints import large_model
     from raytf.worker import snapshot
 
     gpus = tf.config.list_physical_devices("GPU")
     device = "/GPU:0" if gpus else "/CPU:0"
     with tf.device(device):
-        layers = [keras.Input((args.depth,))]
-        layers += [keras.layers.Dense(args.width, activation="relu") for _ in range(2)]
-        model = keras.Sequential([*layers, keras.layers.Dense(args.depth)])
-        opt = keras.optimizers.Adam(1e-4)
-        x = tf.random.stateless_normal((16, args.depth), seed=(1, 2))
-
-        @tf.function
-        def train_step():
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((model(x) - 0.5) ** 2)
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
+        model, opt, step_fn = large_model(args.width, args.depth)
+        train_step = tf.function(step_fn)
         train_step()  # builds Adam's slots
         ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
         reader = snapshot.Reader.of(ckpt)

@@ -43,22 +43,16 @@ from raytf.rundir.storage import Storage, join_run_dir
 MODES = ("none", "sync", "async", "async+emergency")
 
 
-def loop(config):
-    """The large model's loop: times every step, and how long its restore took."""
+def large_model(width: int, depth: int):
+    """The workload: an MLP depth-width-width-depth with Adam, its input, and its step (a
+    function of no argument, for ``strategy.run`` or a ``tf.function``)."""
     import keras
     import tensorflow as tf
 
-    ctx = raytf.get_context()
-    strategy = ctx.strategy
-    width, depth = config["width"], config["depth"]
-    with strategy.scope():
-        layers = [keras.Input((depth,))]
-        layers += [keras.layers.Dense(width, activation="relu") for _ in range(2)]
-        model = keras.Sequential([*layers, keras.layers.Dense(depth)])
-        opt = keras.optimizers.Adam(1e-4)
-    t0 = time.monotonic()
-    start = ctx.restore(model=model, optimizer=opt)
-    restore_s = time.monotonic() - t0
+    layers = [keras.Input((depth,))]
+    layers += [keras.layers.Dense(width, activation="relu") for _ in range(2)]
+    model = keras.Sequential([*layers, keras.layers.Dense(depth)])
+    opt = keras.optimizers.Adam(1e-4)
     x = tf.random.stateless_normal((16, depth), seed=(1, 2))
 
     def step_fn():
@@ -67,6 +61,21 @@ def loop(config):
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
+
+    return model, opt, step_fn
+
+
+def loop(config):
+    """The large model's loop: times every step, and how long its restore took."""
+    import tensorflow as tf
+
+    ctx = raytf.get_context()
+    strategy = ctx.strategy
+    with strategy.scope():
+        model, opt, step_fn = large_model(config["width"], config["depth"])
+    t0 = time.monotonic()
+    start = ctx.restore(model=model, optimizer=opt)
+    restore_s = time.monotonic() - t0
 
     @tf.function
     def train_step():
