@@ -10,9 +10,12 @@ pass a ``Settings`` with intervals of 0 instead of patching modules.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from raytf.errors import ConfigError
 
 # Environment each worker starts with unless the user's (or the node's) says otherwise.
 WORKER_ENV = {
@@ -94,5 +97,20 @@ class Settings:
         for f in dataclasses.fields(cls):
             raw = env.get(f.metadata["env"])
             if raw:
-                values[f.name] = f.metadata["kind"](raw)
+                values[f.name] = _parse(f.metadata["env"], f.metadata["kind"], raw)
         return cls(**values)
+
+
+def _parse(name: str, kind: type, raw: str):
+    """A variable's value; a number must be finite and >= 0 (a negative idle time would
+    keep a process forever, a NaN interval compare false with every clock)."""
+    if kind is str:
+        return raw
+    what = "an integer" if kind is int else "a number"
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: must be {what}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}={raw!r}: must be {what} >= 0, finite")
+    return value

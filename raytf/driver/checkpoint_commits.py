@@ -66,8 +66,22 @@ class CheckpointCommits:
         self._decided: dict[int, float | None] = {}
         self._scores_unwritten = False
         if config.checkpoint_score_attribute and storage.exists(CKPT_DIR, SCORES):
-            saved = storage.read_json(CKPT_DIR, SCORES)
-            self._decided = {int(k): v for k, v in saved.items() if int(k) in self.kept}
+            self._decided = self._saved_scores()
+
+    def _saved_scores(self) -> dict[int, float | None]:
+        """The scores the run's earlier drivers decided; a file that is not what raytf
+        writes (step -> number or null) is set aside with a warning naming it, and the
+        kept checkpoints rank as unscored, never a crash."""
+        try:
+            saved = self.storage.read_json(CKPT_DIR, SCORES)
+            scores = {int(k): v for k, v in saved.items()}
+            if not all(v is None or isinstance(v, (int, float)) for v in scores.values()):
+                raise ValueError("a score that is not a number")
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            url = self.storage.url(CKPT_DIR, SCORES)
+            logger.warning("ignoring %s: not a scores file raytf wrote (%s)", url, exc)
+            return {}
+        return {k: v for k, v in scores.items() if k in self.kept}
 
     def note_report(self, metrics: dict) -> None:
         """Rank 0's report: its step, and its score if it carries the score attribute."""

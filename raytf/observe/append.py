@@ -54,7 +54,7 @@ class AppendFile:
             return segments.last_sequence(self.storage, *self.parts) + 1
         except Exception as exc:  # noqa: BLE001 - the run goes on; its record too
             logger.warning("could not list %s's segments (%s)", self.parts[-1], exc)
-            return int(time.time() * 1000)
+            return int(time.time() * 100)  # 12 digits, as segment names have, until 2286
 
     def write(self, text: str) -> None:
         try:

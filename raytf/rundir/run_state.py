@@ -14,6 +14,7 @@ ones furthest behind, with ``workers_total`` and ``workers_by_state``.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from raytf.rundir.storage import Storage
+
+logger = logging.getLogger("raytf")
 
 STATE_FILE = "state.json"
 RECENT = 20  # entries of each event list kept in state.json
@@ -142,11 +145,46 @@ def _behind(worker: dict) -> tuple:
 
 
 def load_previous(storage: Storage) -> dict[str, Any]:
-    """The state a previous driver of this run left, or {} for a new run."""
+    """The state a previous driver of this run left, or {} for a new run. Only what has
+    the types raytf writes is continued: a field damaged or written by hand is left out,
+    with a warning naming the file, never a crash."""
     try:
-        return storage.read_json(STATE_FILE)
-    except (FileNotFoundError, OSError, ValueError):
+        doc = storage.read_json(STATE_FILE)
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as exc:
+        logger.warning("ignoring %s: %s", storage.url(STATE_FILE), exc)
+        return {}
+    if not isinstance(doc, dict):
+        logger.warning("ignoring %s: not a JSON object", storage.url(STATE_FILE))
+        return {}
+    kept = {}
+    for key, value in doc.items():
+        want = _CONTINUED.get(key)
+        if want is None or _typed(value, want):
+            kept[key] = value
+        else:
+            logger.warning("ignoring %s's %r: %r is not %s", STATE_FILE, key, value, want[1])
+    return kept
+
+
+# What a continuing driver takes from state.json, and the type each must have.
+_CONTINUED = {
+    "attempt": (int, "a whole number"),
+    "failures": (list, "a list of objects"),
+    "resizes": (list, "a list of objects"),
+    "preemption_log": (list, "a list of objects"),
+    "failures_total": (int, "a whole number"),
+    "resizes_total": (int, "a whole number"),
+    "preemption_log_total": (int, "a whole number"),
+}
+
+
+def _typed(value: Any, want: tuple[type, str]) -> bool:
+    kind = want[0]
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
 
 
 def read_state(run_dir: str) -> dict[str, Any]:
@@ -158,7 +196,9 @@ def read_state(run_dir: str) -> dict[str, Any]:
     if not storage.exists(STATE_FILE):
         raise FileNotFoundError(storage.url(STATE_FILE))
     doc = storage.read_json(STATE_FILE)
-    if doc.get("checkpoints"):
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    if isinstance(doc.get("checkpoints"), list) and doc["checkpoints"]:
         there = set(committed(storage))
         doc["checkpoints"] = [s for s in doc["checkpoints"] if s in there]
     return doc

@@ -19,6 +19,9 @@ def _status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    except ValueError as exc:  # not JSON, or not an object: damaged, or not raytf's
+        print(f"raytf status: {STATE_FILE} in {args.run_dir} is unreadable: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
@@ -31,7 +34,15 @@ def _status(args: argparse.Namespace) -> int:
         records = read_run_log(args.run_dir)
     except OSError:  # the state alone still says most of it
         records = []
-    print(format_status(doc, records, time.time()))
+    try:
+        print(format_status(doc, records, time.time()))
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:
+        print(
+            f"raytf status: {STATE_FILE} in {args.run_dir} holds fields raytf did not write "
+            f"({type(exc).__name__}: {exc}); `raytf status --json` shows it as it is",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

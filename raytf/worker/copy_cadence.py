@@ -5,7 +5,7 @@ costs: device-memory bandwidth on a GPU, a memcpy on a CPU. For a 400 MB state o
 this 2-core machine that is about 10 % of a step; for a small model it is the
 call's fixed cost, again a large share of a millisecond step. Taken every ``k``
 steps instead of every step, it costs ``1/k`` of that, and a SIGKILL redoes at
-most ``k - 1`` steps (the survivors' copy is from the last multiple of ``k``).
+most ``k - 1`` steps (the survivors' copy is at most that old).
 
 ``k`` is measured in the run, not guessed: after a warm-up (the first steps trace
 and compile), steps that follow a copy are timed against steps that follow
@@ -31,7 +31,7 @@ from collections.abc import Callable
 BUDGET = 0.01  # the copy's share of a step's time, amortized
 WARMUP = 4  # step boundaries before timing: the first steps trace and compile
 SAMPLES = 8  # steps timed after a copy, and as many after none
-MAX_EVERY = 100  # past this, redone steps cost more than the copy would
+MAX_EVERY = 100  # the most steps a death redoes: within the budget for a copy up to a step
 _KEY = "raytf_copy_every_{}"
 
 
@@ -63,7 +63,6 @@ class Cadence:
 
     def __init__(self, every: int | None, agree: Callable[[int], int]):
         self.every = every  # None until measured
-        self.measured = every is None
         self.share: float | None = None  # the copy's share of a step, once measured
         self._agree = agree
         self._calls = 0

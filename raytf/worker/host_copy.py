@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -54,6 +55,17 @@ def node_copy(run_url: str, settings: Settings, sweep: bool) -> HostCopy:
     return copy
 
 
+def _private(path: str) -> None:
+    """``path`` a directory of this user's, mode 0700; an error if another user holds it
+    (or it is a link): copies then fail like a full tmpfs, on disk instead."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(f"{path} is not a directory of this user's: no host copies there")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
 def _being_written(path: str) -> bool:
     """A copy being written now (its staging directory exists): a live run, however
     long since its last checkpoint."""
@@ -68,7 +80,10 @@ class HostCopy:
 
     def __init__(self, run_url: str, root: str | None):
         key = hashlib.sha256(run_url.encode()).hexdigest()[:16]
-        self.dir = os.path.join(root, "raytf-checkpoints", key) if root else None
+        # Per user, readable by its owner only: a node is shared, and a checkpoint is
+        # the model (a shared directory also let the first user's mode lock others out).
+        mine = f"raytf-checkpoints-{os.getuid()}"
+        self.dir = os.path.join(root, mine, key) if root else None
         self._mine: set[str] = set()  # copy ids this process kept (what ``drop`` removes)
 
     @property
@@ -77,7 +92,8 @@ class HostCopy:
 
     def staging(self) -> str:
         """A private directory to write a checkpoint's files into, then ``keep`` it."""
-        os.makedirs(self.dir, exist_ok=True)
+        _private(os.path.dirname(self.dir))
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         return tempfile.mkdtemp(prefix=".staging-", dir=self.dir)
 
     def fill(self, fill, tf: bool, must_write_tf: bool) -> tuple[str, bool]:

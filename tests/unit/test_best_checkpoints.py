@@ -4,7 +4,7 @@ import pytest
 
 from raytf import CheckpointConfig, ConfigError
 from raytf.driver.checkpoint_commits import CheckpointCommits
-from raytf.rundir.checkpoints import committed, ranked, to_drop
+from raytf.rundir.checkpoints import CKPT_DIR, SCORES, committed, ranked, to_drop
 
 from .test_checkpoint import write_parts
 
@@ -80,3 +80,20 @@ def test_a_driver_continuing_the_run_keeps_the_scores_its_predecessor_decided(st
         second.note_report({"step": step + 2, "loss": 0.5})
     assert committed(storage) == [10, 30]  # the best (before the restart) and the newest
     assert second.best() == [(10, 0.1), (30, 0.9)]
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b"[1, 2]", b'{"10": "best"}', b'{"ten": 0.1}'])
+def test_a_damaged_scores_file_is_set_aside_naming_it(storage, caplog, damage):
+    """A scores file that is not raytf's (damaged, or written by hand) must not crash the
+    next driver: it says so, naming the file, and ranks the kept checkpoints unscored."""
+    first = commits(storage)
+    first.note_report({"step": 10, "val_loss": 0.1, "epoch_end": True})
+    first.on_parts(write_parts(storage, 10), attempt=1)
+    first.note_report({"step": 12, "loss": 0.5})
+    path = storage.path(CKPT_DIR, SCORES)
+    with open(path, "wb") as f:
+        f.write(damage)
+    with caplog.at_level("WARNING", logger="raytf"):
+        second = commits(storage)
+    assert f"ignoring {path}: not a scores file raytf wrote" in caplog.text
+    assert second.best() == [(10, None)]  # kept, unscored

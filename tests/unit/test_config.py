@@ -80,3 +80,21 @@ def test_trainer_checks_its_arguments():
         Trainer(lambda: None, train_loop_config=[1])
     with pytest.raises(ConfigError, match="scaling_config"):
         Trainer(lambda: None, scaling_config={"num_workers": 2})
+
+
+@pytest.mark.parametrize(
+    "name, raw, why",
+    [
+        ("RAYTF_KEEP_IDLE_S", "-5", "must be a number >= 0, finite"),
+        ("RAYTF_POLL_INTERVAL_S", "nan", "must be a number >= 0, finite"),
+        ("RAYTF_LEASE_STALE_S", "inf", "must be a number >= 0, finite"),
+        ("RAYTF_KEEP_PROCESSES", "two", "must be an integer"),
+        ("RAYTF_MAX_PORT_RETRIES", "-1", "must be an integer >= 0"),
+    ],
+)
+def test_a_bad_raytf_variable_is_refused_naming_it(name, raw, why):
+    from raytf.settings import Settings
+
+    with pytest.raises(ConfigError, match=f"{name}='{raw}': {why}"):
+        Settings.from_env({name: raw})
+    assert Settings.from_env({name: "7"}) != Settings()  # a good one is taken

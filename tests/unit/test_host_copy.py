@@ -127,3 +127,18 @@ def test_the_sweep_leaves_a_copy_being_written(tmp_path):
     os.utime(slow.dir, (old, old))
     assert HostCopy("s3://bucket/runs/new", str(tmp_path)).sweep(86400) == []
     assert os.path.isdir(slow.dir)
+
+
+def test_copies_are_per_user_and_private(tmp_path):
+    """A node is shared: each user's copies in a directory of their own, mode 0700 (one
+    left 0755 by an older raytf is closed), so no other user reads a model from it."""
+    mine = tmp_path / f"raytf-checkpoints-{os.getuid()}"
+    mine.mkdir(mode=0o755)
+    os.chmod(mine, 0o755)
+    copies = [HostCopy(f"s3://bucket/runs/{n}", str(tmp_path)) for n in ("a", "b")]
+    for copy in copies:
+        _write(copy, 10)
+    assert os.listdir(tmp_path) == [mine.name]
+    assert os.stat(mine).st_mode & 0o777 == 0o700
+    assert {os.path.dirname(c.dir) for c in copies} == {str(mine)}
+    assert all(os.stat(c.dir).st_mode & 0o077 == 0 for c in copies)

@@ -282,3 +282,29 @@ def test_state_json_stays_bounded_however_long_and_wide_the_run(tmp_path, storag
     text = format_status(doc, [], now=2000.0)
     assert "failures: 3000 (the last 20)" in text
     assert "the 64 furthest behind of 512 workers (512 running)" in text
+
+
+def test_a_damaged_state_file_is_never_a_crash(tmp_path, storage, caplog, capsys):
+    """state.json damaged or edited by hand: a continuing driver takes only the fields of
+    the types raytf writes, saying which it left; ``raytf status`` names the file."""
+    from raytf.tools.cli import main as cli
+
+    storage.write_json_atomic({"attempt": "three", "failures": [{"kind": "x"}]}, STATE_FILE)
+    scaling = ScalingConfig(num_workers=2)
+    with caplog.at_level("WARNING", logger="raytf"):
+        state = RunState.continuing(storage, name="run", run_dir=str(tmp_path), scaling=scaling)
+    assert state.attempt == 0 and state.failures == [{"kind": "x"}]
+    assert "ignoring state.json's 'attempt': 'three' is not a whole number" in caplog.text
+    assert cli(["status", str(tmp_path)]) == 0  # shown as it is
+    assert "(attempt three)" in capsys.readouterr().out
+    storage.write_json_atomic({"state": "RUNNING", "failures": "oops"}, STATE_FILE)
+    assert cli(["status", str(tmp_path)]) == 2  # the human view cannot show that
+    assert "holds fields raytf did not write" in capsys.readouterr().err
+    assert cli(["status", str(tmp_path), "--json"]) == 0  # the file as it is
+    assert '"failures": "oops"' in capsys.readouterr().out
+    for damage in (b"{not json", b"[1, 2]"):
+        with open(os.path.join(str(tmp_path), STATE_FILE), "wb") as f:
+            f.write(damage)
+        assert load_previous(storage) == {}
+        assert cli(["status", str(tmp_path)]) == 2
+        assert f"{STATE_FILE} in {tmp_path} is unreadable" in capsys.readouterr().err
