@@ -150,3 +150,28 @@ def test_a_synced_checkout_must_leave_its_virtualenv_behind(tmp_path):
     [problem] = validate_file(path, {"GPU": 1})
     assert problem.warning and problem.path == "file_mounts"
     assert "~/raytf" in problem.message and ".gitignore" in problem.fix
+
+
+def test_credentials_in_env_lists_and_a_kuberay_head_without_token_auth(tmp_path):
+    """A shared Kubernetes cluster: a key written into a container's env: list is an error
+    (a Secret's valueFrom is how it comes); a head without Ray's token authentication
+    takes anyone's job, a warning naming the field."""
+    worker = ("spec", "rayClusterSpec", "workerGroupSpecs", 0, "template", "spec", "containers")
+
+    def env(doc):
+        node = doc
+        for key in worker:
+            node = node[key]
+        node[0]["env"] = [
+            {"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalrXUtnFEMI"},
+            {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "w", "key": "k"}}},
+            {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"},
+        ]
+        del doc["spec"]["rayClusterSpec"]["authOptions"]
+
+    problems = validate_file(variant(tmp_path, RAYJOB, env))
+    (secret,) = [p for p in problems if not p.warning]
+    assert secret.path == ".".join(map(str, worker)) + ".0.env.0.value"
+    assert "AWS_SECRET_ACCESS_KEY" in secret.message
+    (exposed,) = [p for p in problems if p.warning]
+    assert exposed.path == "spec.rayClusterSpec.authOptions" and "token" in exposed.fix

@@ -37,6 +37,7 @@ def check_kuberay(
         base = "spec.rayClusterSpec"
     if "headGroupSpec" not in spec:
         problems.append(Problem(path, f"{base}.headGroupSpec", "missing", "add a head group"))
+    problems += _exposure(path, base, spec)
     pools = {}
     groups = spec.get("workerGroupSpecs") or []
     for i, group in enumerate(groups):
@@ -94,6 +95,28 @@ def check_kuberay(
     if job_resources:
         problems += job_fits(path, f"{base}.workerGroupSpecs", pools, job_resources)
     return problems
+
+
+def _exposure(path: str, base: str, spec: dict) -> list[Problem]:
+    """Without Ray's token authentication, anyone who reaches the head's pod (every pod of
+    a shared cluster, unless a NetworkPolicy says otherwise) can submit jobs: run code
+    as the cluster, read its runs' credentials and checkpoints."""
+    if (spec.get("authOptions") or {}).get("mode") == "token":
+        return []
+    head = (spec.get("headGroupSpec") or {}).get("rayStartParams") or {}
+    wide = str(head.get("dashboard-host", "0.0.0.0")) in ("0.0.0.0", "::")
+    return [
+        Problem(
+            path,
+            f"{base}.authOptions",
+            "no token authentication: the job API"
+            + (" on every interface of the head pod" if wide else "")
+            + " takes anyone's job",
+            "set authOptions: {mode: token} (KubeRay >= 1.5.1, Ray >= 2.52) and a "
+            "NetworkPolicy that admits only your namespace",
+            warning=True,
+        )
+    ]
 
 
 def _cpu(value: Any) -> float:

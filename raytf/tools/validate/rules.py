@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +56,26 @@ def job_fits(
     ]
 
 
+_CREDENTIAL_ENV = re.compile(
+    r"(^AWS_(SECRET_ACCESS_KEY|SESSION_TOKEN|ACCESS_KEY_ID)$|PASSWORD|SECRET|TOKEN|_KEY$)", re.I
+)
+
+
 def credentials(path: str, doc: Any, where: str) -> list[Problem]:
+    """A credential written into a config: a key named like one with a string value, or
+    a container's ``env:`` entry whose name is one and whose ``value`` is written out
+    (``valueFrom`` a Secret is how it should come)."""
     problems = []
+    if _env_entry_with_secret(doc):
+        problems.append(
+            Problem(
+                path,
+                f"{where}.value",
+                f"the credential {doc['name']} is written into an env: list",
+                "take it from a Secret (valueFrom.secretKeyRef), or use the pod's service "
+                "account / the instance role",
+            )
+        )
     if isinstance(doc, dict):
         for key, value in doc.items():
             here = f"{where}.{key}" if where else str(key)
@@ -74,3 +93,13 @@ def credentials(path: str, doc: Any, where: str) -> list[Problem]:
         for i, value in enumerate(doc):
             problems += credentials(path, value, f"{where}.{i}")
     return problems
+
+
+def _env_entry_with_secret(doc: Any) -> bool:
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("name"), str)
+        and isinstance(doc.get("value"), str)
+        and bool(doc["value"])
+        and bool(_CREDENTIAL_ENV.search(doc["name"]))
+    )
