@@ -102,6 +102,8 @@ def bench_part(args, gpus: int) -> dict:
     argv += ["--checkpoint-every", str(args.checkpoint_every)]
     if args.goodput_steps:
         argv += ["--goodput-steps", str(args.goodput_steps)]
+    if args.smoke:
+        argv.append("--smoke")  # its pace; what is given above still wins
     if gpus:
         argv.append("--use-gpu")
     if args.emergency_every:
@@ -147,7 +149,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device-part", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
-        p.set_defaults(width=64, depth=32, steps=60, checkpoint_every=10, device_steps=5)
+        p.set_defaults(width=64, depth=32, steps=120, checkpoint_every=10, device_steps=5)
         p.set_defaults(goodput_steps=150, kill_every=15.0)
         args = p.parse_args(argv)
     args.storage = args.storage or tempfile.mkdtemp(prefix="raytf-gpu-check-")

@@ -87,6 +87,8 @@ def loop(config):
         train_step()
         ctx.step_end(step)
         times.append(time.perf_counter() - t)
+        if config["step_sleep"]:  # a smoke run's pace: the killer must see it train
+            time.sleep(config["step_sleep"])
         if config["report_steps"]:  # every attempt's step times, for goodput
             ctx.report({"step": step, "step_s": times[-1]})
     params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
@@ -144,6 +146,7 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
     os.environ["RAYTF_HOST_COPY_DIR"] = "/dev/shm" if copies else ""
     config = {"steps": steps or args.steps, "width": args.width, "depth": args.depth}
     config["report_steps"] = kill_every is not None
+    config["step_sleep"] = args.step_sleep
     t0 = time.monotonic()
     try:
         result = raytf.Trainer(
@@ -219,10 +222,13 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--depth", type=int, default=1024)
     p.add_argument("--smoke", action="store_true", help="a tiny model, short runs (the test)")
+    p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="file for the raw figures")
     args = p.parse_args(argv)
     if args.smoke:  # smaller defaults; what the command line gives still wins
-        p.set_defaults(steps=60, width=64, depth=32, checkpoint_every=10)
+        # Paced: a tiny model's 60 steps took 0.2 s, over before state.json (written once
+        # a second) showed the step the recovery run's kill waits for.
+        p.set_defaults(steps=120, width=64, depth=32, checkpoint_every=10, step_sleep=0.02)
         p.set_defaults(goodput_minutes=0.5, kill_every=10.0)
         args = p.parse_args(argv)
     args.storage = args.storage or tempfile.mkdtemp(prefix="raytf-bench-ckpt-")

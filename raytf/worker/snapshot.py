@@ -169,7 +169,18 @@ def signature(ckpt) -> tuple:
 
 def _signature(serialized) -> tuple:
     return tuple(
-        (id(obj), key, tuple(sorted(map(str, value))) if isinstance(value, dict) else None)
+        (id(_saved(obj)), key, tuple(sorted(map(str, value))) if isinstance(value, dict) else None)
         for obj, tensors in serialized.items()
         for key, value in tensors.items()
     )
+
+
+def _saved(obj):
+    """The object a gather's entry saves: TF wraps a variable saved through a legacy
+    saveable (one made under a strategy) in a converter made anew at every gather, so
+    the wrapper's identity says nothing about the layout, the variable's does."""
+    from tensorflow.python.training.saving import saveable_object_util
+
+    if isinstance(obj, saveable_object_util.SaveableCompatibilityConverter):
+        return obj.obj
+    return obj

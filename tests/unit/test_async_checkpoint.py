@@ -218,6 +218,10 @@ def test_a_reader_reads_variables_made_under_a_strategy_in_its_traced_call(tmp_p
         got = tf.train.load_checkpoint(prefix).get_tensor("counter/.ATTRIBUTES/VARIABLE_VALUE")
         assert got == count
     assert at_first[1] == 1 and at_second[1] == 6  # each read its own step's values
+    # TF wraps the loop's own variable anew at every gather: still the same layout.
+    assert snapshot.signature(ckpt) == reader.signature
+    ckpt.extra = tf.Variable(0.0)
+    assert snapshot.signature(ckpt) != reader.signature
 
 
 def test_a_snapshot_writes_what_a_synchronous_write_at_the_same_moment_does(tmp_path):
