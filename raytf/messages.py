@@ -73,6 +73,8 @@ class CheckpointPlan:
     restore_url: str | None = None  # None: a fresh start
     keep_last_step: bool = False  # keep each step's state for an emergency checkpoint
     last_step_every: int | None = None  # copy it every N steps; None: as often as is cheap
+    copy_cost: tuple[float, float] | None = None  # the copy's (share of a step, step s), measured
+    failure_interval_s: float | None = None  # the run's seconds between restarts so far
     refuse_nonfinite: bool = True  # the chief checks its weights at every save
     saved_model: bool = False  # the final model as a SavedModel too
 
@@ -138,3 +140,4 @@ class WorkerPoll:
     output: list[str] = field(default_factory=list)  # the process's output lines since the last
     total_steps: int | None = None  # the loop's own total, once it set one
     compat_notes: tuple[str, ...] = ()  # features that fell back (raytf.worker.compat), once
+    copy_cost: tuple[float, float] | None = None  # the emergency copy's cost, once measured

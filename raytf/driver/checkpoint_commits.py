@@ -65,6 +65,8 @@ class CheckpointCommits:
         # run ranks the checkpoints of the one before it as that one did.
         self._decided: dict[int, float | None] = {}
         self._scores_unwritten = False
+        self.copy_cost: tuple[float, float] | None = None  # the emergency copy's, once measured
+        self._started, self._attempts = time.monotonic(), 0  # the time between restarts
         if config.checkpoint_score_attribute and storage.exists(CKPT_DIR, SCORES):
             self._decided = self._saved_scores()
 
@@ -136,7 +138,11 @@ class CheckpointCommits:
     def plan(self, keep_last_step: bool = False, every: int | None = None) -> CheckpointPlan:
         """What each worker's checkpointer needs: where, how often, what to restore, and
         whether to keep each step's state for an emergency checkpoint (every ``every``
-        steps; None: as often as the copy is cheap, ``raytf.worker.copy_cadence``)."""
+        steps; None: as often as the copy is cheap, ``raytf.worker.copy_cadence``, from
+        its cost as an earlier attempt of this run measured it and the run's time between
+        restarts so far, else measured again)."""
+        restarts = self._attempts - 1
+        between = (time.monotonic() - self._started) / restarts if restarts > 0 else None
         return CheckpointPlan(
             dir=CKPT_DIR,
             every_steps=self.config.checkpoint_every_steps,
@@ -144,6 +150,8 @@ class CheckpointCommits:
             restore_url=self.latest.path if self.latest else None,
             keep_last_step=keep_last_step,
             last_step_every=every,
+            copy_cost=self.copy_cost,
+            failure_interval_s=between,
             refuse_nonfinite=self.config.refuse_nonfinite,
             saved_model=self.config.export_saved_model,
         )
@@ -156,6 +164,7 @@ class CheckpointCommits:
     def new_attempt(self, world_size: int) -> None:
         """An elastic group's size may differ from one attempt to the next."""
         self.world_size = world_size
+        self._attempts += 1
         self._pending.clear()
         self._unwritten.clear()  # a restart may save the same steps again
         self._requested_at = None

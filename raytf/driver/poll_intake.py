@@ -26,6 +26,8 @@ class PollIntake:
             self._take_step(poll.rank, poll.step, now)
         for note in poll.compat_notes:  # the same on every rank and attempt
             self.progress.notice(note)
+        if poll.copy_cost is not None:  # the same on every rank
+            self.ckpts.copy_cost = poll.copy_cost
         if poll.startup and self.group is not None:  # once per rank and attempt
             self.status.startup = self.group.timeline.summary()
         restart = None

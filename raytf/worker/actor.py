@@ -294,6 +294,7 @@ class RaytfWorker:
             async_save=ckpt.async_save and snapshots,
             keep_last_step=ckpt.keep_last_step and snapshots,
             last_step_every=ckpt.last_step_every,
+            cadence_inputs=(ckpt.copy_cost, ckpt.failure_interval_s),
             host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
             node_leader=local_rank == 0,
             refuse_nonfinite=ckpt.refuse_nonfinite,
@@ -382,6 +383,7 @@ class RaytfWorker:
             output=self._output.drain(),
             total_steps=self._buffer.total_steps,
             compat_notes=self._take_notes(),
+            copy_cost=getattr(self._checkpointer, "copy_cost", None),
         )
 
     def _take_notes(self) -> tuple[str, ...]:

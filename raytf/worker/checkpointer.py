@@ -56,6 +56,7 @@ class WorkerCheckpointer:
         async_save: bool = False,
         keep_last_step: bool = False,
         last_step_every: int | None = 1,
+        cadence_inputs: tuple = (None, None),  # the copy's cost as measured, s between restarts
         host_copy: HostCopy | None = None,
         node_leader: bool = False,
         refuse_nonfinite: bool = False,
@@ -73,7 +74,7 @@ class WorkerCheckpointer:
         self.last_step = None  # the state kept for an emergency checkpoint
         if keep_last_step:
             agree = agree_through_kv(rank, world_size)
-            self.last_step = LastStep(Cadence(last_step_every, agree))
+            self.last_step = LastStep(Cadence(last_step_every, agree, *cadence_inputs))
         # Copies in this node's memory (object storage only): the chief keeps what it
         # wrote, the first rank of each other node (``node_leader``) writes its own.
         self.host_copy = host_copy if host_copy and not storage.local else HostCopy("", None)
@@ -190,6 +191,12 @@ class WorkerCheckpointer:
         if self.last_step is not None and resumable:
             with self.phase("the step's copy for an emergency checkpoint"):
                 self.last_step.keep(self, step)
+
+    @property
+    def copy_cost(self) -> tuple[float, float] | None:
+        """The emergency copy's cost, once the ranks measured it (the driver keeps it for
+        the run's next attempts, which then need not measure it again)."""
+        return self.last_step.cadence.cost if self.last_step is not None else None
 
     def request(self, reason: str) -> None:
         """Chief only: save at the next step boundary (called from the actor's poll thread)."""

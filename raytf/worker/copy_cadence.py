@@ -11,15 +11,24 @@ most ``k - 1`` steps (the survivors' copy is at most that old).
 and compile), steps that follow a copy are timed against steps that follow
 none, alternately, and ``k`` is the smallest whole number that keeps the copy's
 share of a step within ``BUDGET``. A copy whose cost is within the budget is taken
-every step (``k = 1``: nothing redone). Where step boundaries are not consecutive
-(Keras's ``fit`` with input whose position is not exact calls back at epoch ends
-only), every boundary is copied: one copy an epoch costs nothing worth measuring.
+every step (``k = 1``: nothing redone). Where the run's workers have been dying
+often, fewer redone steps are worth more copies: with ``T`` seconds between
+failures so far, a copy costing ``c`` seconds and steps of ``t``, the interval
+that loses least is about ``sqrt(2 c T) / t`` steps (Young's formula for
+checkpoint intervals), and ``k`` is that where it is smaller. Where step
+boundaries are not consecutive (Keras's ``fit`` with input whose position is not
+exact calls back at epoch ends only), every boundary is copied: one copy an
+epoch costs nothing worth measuring.
 
 Every rank must hold the same step or the emergency checkpoint is refused, so
 the ranks must copy at the same steps. They decide from their step sequence,
 the same on every rank, and agree on one ``k`` (the largest any rank measured)
 through TensorFlow's coordination-service key-value store, with no collective,
-when their samples are complete: every rank gets there at the same step.
+when their samples are complete: every rank gets there at the same step. The
+driver keeps the agreed cost (the workers' polls carry it) and gives it, with
+the run's time between failures, to the later attempts, which compute ``k``
+from them at their first step: measuring costs about ten copies, once a run,
+not once per restart.
 """
 
 from __future__ import annotations
@@ -35,24 +44,39 @@ MAX_EVERY = 100  # the most steps a death redoes: within the budget for a copy u
 _KEY = "raytf_copy_every_{}"
 
 
-def every_for(after_copy: list[float], after_none: list[float]) -> tuple[int, float]:
-    """(k, the copy's measured share of a step): the smallest k within ``BUDGET``."""
+Cost = tuple[float, float]  # (the copy's share of a step, the step's seconds)
+
+
+def measured(after_copy: list[float], after_none: list[float]) -> Cost:
+    """The copy's share of a step and the step's time, from the two samples' medians."""
     base = statistics.median(after_none)
     share = max(0.0, statistics.median(after_copy) - base) / base if base > 0 else 0.0
-    return min(MAX_EVERY, max(1, math.ceil(share / BUDGET - 1e-9))), share
+    return share, base
 
 
-def agree_through_kv(rank: int, world_size: int) -> Callable[[int], int]:
-    """The largest ``k`` any rank proposes, through the coordination service's store."""
+def interval(cost: Cost, failure_interval_s: float | None = None) -> int:
+    """The steps between copies: within ``BUDGET``, and no longer than Young's interval
+    where failures come every ``failure_interval_s``."""
+    share, step_s = cost
+    k = math.ceil(share / BUDGET - 1e-9)
+    if failure_interval_s and share > 0 and step_s > 0:
+        k = min(k, round(math.sqrt(2 * share * failure_interval_s / step_s)))
+    return min(MAX_EVERY, max(1, k))
 
-    def agree(k: int) -> int:
+
+def agree_through_kv(rank: int, world_size: int) -> Callable[[Cost], Cost]:
+    """The costs every rank measured, made one (the largest share, the longest step),
+    through the coordination service's store: every rank gets the same."""
+
+    def agree(cost: Cost) -> Cost:
         if world_size <= 1:
-            return k
+            return cost
         from tensorflow.python.eager import context
 
         kv = context.context()
-        kv.set_config_key_value(_KEY.format(rank), str(k))
-        return max(int(kv.get_config_key_value(_KEY.format(r))) for r in range(world_size))
+        kv.set_config_key_value(_KEY.format(rank), f"{cost[0]!r}:{cost[1]!r}")
+        costs = [kv.get_config_key_value(_KEY.format(r)).split(":") for r in range(world_size)]
+        return max(float(c[0]) for c in costs), max(float(c[1]) for c in costs)
 
     return agree
 
@@ -61,9 +85,20 @@ class Cadence:
     """One rank's copy decisions; ``copy_now`` is called at every resumable step boundary,
     in the same order on every rank."""
 
-    def __init__(self, every: int | None, agree: Callable[[int], int]):
+    def __init__(
+        self,
+        every: int | None,
+        agree: Callable[[Cost], Cost],
+        cost: Cost | None = None,
+        failure_interval_s: float | None = None,
+    ):
+        """``every``: a setting; else ``cost``, as an earlier attempt measured it; else
+        measured here. ``failure_interval_s``: the run's seconds between failures."""
+        self.failure_interval_s = failure_interval_s
+        self.cost: Cost | None = None  # the cost measured here, once agreed
+        if every is None and cost is not None:
+            every = interval(cost, failure_interval_s)
         self.every = every  # None until measured
-        self.share: float | None = None  # the copy's share of a step, once measured
         self._agree = agree
         self._calls = 0
         self._prev: tuple[int, float, bool] | None = None  # step, time, copied there
@@ -81,8 +116,8 @@ class Cadence:
             if consecutive and self.every is None and self._calls > WARMUP:
                 (self._after_copy if prev[2] else self._after_none).append(now - prev[1])
         if self.every is None and min(len(self._after_copy), len(self._after_none)) >= SAMPLES:
-            k, self.share = every_for(self._after_copy, self._after_none)
-            self.every = self._agree(k)
+            self.cost = self._agree(measured(self._after_copy, self._after_none))
+            self.every = interval(self.cost, self.failure_interval_s)
         if self.every is not None:
             due = self._copied_at is None or step - self._copied_at >= self.every
         else:  # measuring: alternate (a boundary after a gap is copied, not timed)
@@ -94,9 +129,9 @@ class Cadence:
 
     def describe(self) -> str:
         """The line rank 0 prints once the ranks agreed."""
-        k, share = self.every, self.share or 0.0
+        k, share = self.every, (self.cost or (0.0, 0.0))[0]
         redo = "nothing completed is redone" if k == 1 else f"a death redoes up to {k - 1}"
         return (
             f"[raytf] emergency checkpoints: the state is copied every {k} step(s) "
-            f"(a copy measured {share:.1%} of a step on rank 0; {redo})"
+            f"(a copy measured {share:.1%} of a step; {redo})"
         )

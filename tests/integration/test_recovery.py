@@ -71,7 +71,8 @@ def test_sigkill_twice_in_one_run_resumes_exactly(reference, cluster_env, storag
     """Rank 0 SIGKILLed, then rank 1 in the next attempt. Each time the survivor's state at
     the last step it copied is committed before the restart (an emergency checkpoint),
     which resumes from there, not at the last interval checkpoint. The copy's cadence is
-    the default one, measured in the run: the restart redoes fewer steps than it."""
+    the default one, measured in the first attempt and kept for the next: the restart
+    redoes fewer steps than it."""
     faults = [(45, 1, 0, signal.SIGKILL), (110, 2, 1, signal.SIGKILL)]
     extra = ["--max-failures", "3", "--keep", "20"]
     run, rc, summary = faulty_run(storage, "kill2", cluster_env, extra, faults)
@@ -92,12 +93,12 @@ def assert_the_second_kill_redid_less_than_a_copys_cadence(run, before):
     (the survivor's copy, no newer, is refused). Seen both ways in CI: the kill's timing
     decides."""
     out = run.output()
-    # Each attempt measures the copy and rank 0 says the cadence; the second kill was in
-    # attempt 2.
+    # The first attempt measures the copy and rank 0 says the interval; the later attempts
+    # take it from the driver instead of measuring again.
     every = [int(k) for k in re.findall(r"copied every (\d+) step", out)]
-    assert len(every) >= 2 and all(1 <= k <= 100 for k in every), out[-3000:]
+    assert len(every) == 1 and 1 <= every[0] <= 100, out[-3000:]
     step = int(re.findall(r"resuming after step (\d+)$", out, re.M)[-1])
-    assert before["last_step"] - every[1] < step, (every, out[-3000:])  # fewer redone
+    assert before["last_step"] - every[0] < step, (every, out[-3000:])  # fewer redone
     manifest = next(m for m in manifests(run.run_dir) if m["step"] == step)
     if manifest["reason"] == "emergency":
         assert manifest["missing_ranks"] == [1]
