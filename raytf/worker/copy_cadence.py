@@ -13,7 +13,8 @@ none, alternately, and ``k`` is the smallest whole number that keeps the copy's
 share of a step within ``BUDGET``. A copy whose cost is within the budget is taken
 every step (``k = 1``: nothing redone). Where the run's workers have been dying
 often, fewer redone steps are worth more copies: with ``T`` seconds between
-failures so far, a copy costing ``c`` seconds and steps of ``t``, the interval
+the run's restarts so far (a death, or a preemption or resize: those only
+shorten it), a copy costing ``c`` seconds and steps of ``t``, the interval
 that loses least is about ``sqrt(2 c T) / t`` steps (Young's formula for
 checkpoint intervals), and ``k`` is that where it is smaller. Where step
 boundaries are not consecutive (Keras's ``fit`` with input whose position is not

@@ -84,7 +84,7 @@ class LastStep:
     REREAD_LAYOUT_STEPS = 1000
 
     def __init__(self, cadence: Cadence | None = None):
-        self.cadence = cadence or Cadence(1, lambda k: k)
+        self.cadence = cadence or Cadence(1, lambda cost: cost)  # every step
         self.latest: tuple[int, snapshot.Snapshot, tuple] | None = None
         self.refused: str | None = None
         self._reader: snapshot.Reader | None = None
