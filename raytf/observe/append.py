@@ -106,16 +106,13 @@ class AppendFile:
     def _merge(self) -> None:
         """The window's segments as one, then theirs deleted; the spool starts empty."""
         with open(self._path, "rb") as f:
-            data = f.read(self._sent)
+            spool = f.read()
         first, last = self._window[0], self._window[-1]
-        self.storage.write_atomic(data, *self._segment(first, last))
+        self.storage.write_atomic(spool[: self._sent], *self._segment(first, last))
         singles = [self.storage.path(*self._segment(seq, seq)) for seq in self._window]
         self._file.close()
-        with open(self._path, "rb") as f:
-            f.seek(self._sent)
-            rest = f.read()  # nothing after a flush; kept all the same
         with open(self._path, "wb") as f:
-            f.write(rest)
+            f.write(spool[self._sent :])  # nothing after a flush; kept all the same
         self._file = open(self._path, "a", encoding="utf-8")
         self._window, self._sent = [], 0
         try:

@@ -57,7 +57,7 @@ def measured(after_copy: list[float], after_none: list[float]) -> Cost:
 
 def interval(cost: Cost, failure_interval_s: float | None = None) -> int:
     """The steps between copies: within ``BUDGET``, and no longer than Young's interval
-    where failures come every ``failure_interval_s``."""
+    where the run restarts every ``failure_interval_s``."""
     share, step_s = cost
     k = math.ceil(share / BUDGET - 1e-9)
     if failure_interval_s and share > 0 and step_s > 0:
@@ -94,7 +94,7 @@ class Cadence:
         failure_interval_s: float | None = None,
     ):
         """``every``: a setting; else ``cost``, as an earlier attempt measured it; else
-        measured here. ``failure_interval_s``: the run's seconds between failures."""
+        measured here. ``failure_interval_s``: the run's seconds between restarts."""
         self.failure_interval_s = failure_interval_s
         self.cost: Cost | None = None  # the cost measured here, once agreed
         if every is None and cost is not None:
