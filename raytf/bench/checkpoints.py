@@ -81,8 +81,14 @@ def loop(config):
     def train_step():
         return strategy.reduce("SUM", strategy.run(step_fn), axis=None)
 
-    times = []
+    # This process's CPU (every thread: the save's writer and upload too) from the 6th
+    # step to the start of the last: every save in between is stored by then, and the
+    # last one's, still being stored when the loop returns, is left out.
+    times, cpu = [], {}
+    first, last = start + 6, config["steps"]
     for step in range(start + 1, config["steps"] + 1):
+        if step in (first, last):
+            cpu[step] = time.process_time()
         t = time.perf_counter()
         train_step()
         ctx.step_end(step)
@@ -99,6 +105,11 @@ def loop(config):
         "restore_s": restore_s,
         "params": params,
         "steps": steps,
+        "cpu_s": cpu[last] - cpu[first] if len(cpu) == 2 else None,
+        "cpu_steps": last - first,
+        "cpu_saves": sum(
+            1 for s in range(first, last) if config["every"] and s % config["every"] == 0
+        ),
     }
 
 
@@ -145,6 +156,7 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
         ).start()
     os.environ["RAYTF_HOST_COPY_DIR"] = "/dev/shm" if copies else ""
     config = {"steps": steps or args.steps, "width": args.width, "depth": args.depth}
+    config["every"] = every
     config["report_steps"] = kill_every is not None
     config["step_sleep"] = args.step_sleep
     t0 = time.monotonic()
@@ -184,6 +196,9 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
         "steps": out["steps"],
         "recoveries_s": list(result.recoveries_s),
         "kills": len(kills),
+        "cpu_per_step_s": out["cpu_s"] / out["cpu_steps"] if out["cpu_s"] else None,
+        "cpu_saves": out["cpu_saves"],
+        "cpu_steps": out["cpu_steps"],
     }
     if result.checkpoint is not None:
         manifest = Storage(result.checkpoint).read_json("manifest.json")
@@ -201,6 +216,18 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
         kept = {m["step"]: m["step_s"] for m in result.metrics_history if "step_s" in m}
         figs["useful_step_s"] = float(np.median(list(kept.values())))
         figs["goodput_pct"] = 100 * len(kept) * figs["useful_step_s"] / wall
+    return figs
+
+
+def with_cpu_per_save(figs: dict, earlier: list[dict]) -> dict:
+    """``figs`` with the CPU a save took on the chief (it writes and uploads), beyond the
+    run without checkpoints: its CPU per step, less that run's, over a save's steps.
+    How much of a core a save takes, where the stall says how long the loop waited."""
+    base = next((f for f in earlier if f["mode"] == "none"), None)
+    if base and base["cpu_per_step_s"] and figs["cpu_per_step_s"] and figs["cpu_saves"]:
+        steps_per_save = figs["cpu_steps"] / figs["cpu_saves"]
+        extra = figs["cpu_per_step_s"] - base["cpu_per_step_s"]
+        figs["cpu_per_save_s"] = extra * steps_per_save
     return figs
 
 
@@ -251,7 +278,7 @@ def main(argv=None) -> dict:
     modes = [m for m in args.modes.split(",") if m]
     parts = set(args.parts.split(","))
     for mode in modes if "overhead" in parts else []:
-        show("overhead", one_run(args, mode))
+        show("overhead", with_cpu_per_save(one_run(args, mode), figures["overhead"]))
     copies = [True, False] if not Storage(args.storage).local else [True]
     for with_copies in copies if "recovery" in parts else []:
         figs = one_run(args, "async+emergency", kill_at=kill_at, copies=with_copies)

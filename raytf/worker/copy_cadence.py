@@ -10,7 +10,11 @@ most ``k - 1`` steps (the survivors' copy is at most that old).
 ``k`` is measured in the run, not guessed: after a warm-up (the first steps trace
 and compile), steps that follow a copy are timed against steps that follow
 none, alternately, and ``k`` is the smallest whole number that keeps the copy's
-share of a step within ``BUDGET``. A copy whose cost is within the budget is taken
+share of a step within ``BUDGET``. The difference of the two medians is the
+copy's whole cost (on a GPU the copy is queued and costs the next step), but
+on a busy machine step-time noise can swamp it and read 0; the copy's own
+time, timed where it is taken, is a floor under it (on a CPU it is the cost),
+so the share is the larger of the two. A copy whose cost is within the budget is taken
 every step (``k = 1``: nothing redone). Where the run's workers have been dying
 often, fewer redone steps are worth more copies: with ``T`` seconds between
 the run's restarts so far (a death, or a preemption or resize: those only
@@ -48,10 +52,17 @@ _KEY = "raytf_copy_every_{}"
 Cost = tuple[float, float]  # (the copy's share of a step, the step's seconds)
 
 
-def measured(after_copy: list[float], after_none: list[float]) -> Cost:
-    """The copy's share of a step and the step's time, from the two samples' medians."""
+def measured(
+    after_copy: list[float], after_none: list[float], copies: list[float] | None = None
+) -> Cost:
+    """The copy's share of a step and the step's time, from the two samples' medians; no
+    less than the median of the copies' own times (``copies``) over the step."""
     base = statistics.median(after_none)
-    share = max(0.0, statistics.median(after_copy) - base) / base if base > 0 else 0.0
+    if base <= 0:
+        return 0.0, base
+    share = max(0.0, statistics.median(after_copy) - base) / base
+    if copies:
+        share = max(share, statistics.median(copies) / base)
     return share, base
 
 
@@ -105,6 +116,7 @@ class Cadence:
         self._prev: tuple[int, float, bool] | None = None  # step, time, copied there
         self._after_copy: list[float] = []
         self._after_none: list[float] = []
+        self._copy_s: list[float] = []  # the copies' own times while measuring
         self._copied_at: int | None = None
 
     def copy_now(self, step: int, now: float) -> bool:
@@ -117,7 +129,8 @@ class Cadence:
             if consecutive and self.every is None and self._calls > WARMUP:
                 (self._after_copy if prev[2] else self._after_none).append(now - prev[1])
         if self.every is None and min(len(self._after_copy), len(self._after_none)) >= SAMPLES:
-            self.cost = self._agree(measured(self._after_copy, self._after_none))
+            cost = measured(self._after_copy, self._after_none, self._copy_s)
+            self.cost = self._agree(cost)
             self.every = interval(self.cost, self.failure_interval_s)
         if self.every is not None:
             due = self._copied_at is None or step - self._copied_at >= self.every
@@ -127,6 +140,11 @@ class Cadence:
         if due:
             self._copied_at = step
         return due
+
+    def copy_took(self, seconds: float) -> None:
+        """The time the copy just taken took, where it was taken (a floor under its cost)."""
+        if self.every is None and self._calls > WARMUP:
+            self._copy_s.append(seconds)
 
     def describe(self) -> str:
         """The line rank 0 prints once the ranks agreed."""

@@ -106,7 +106,9 @@ class LastStep:
             return
         checkpointer._step_var.assign(step)
         reader = self._reader_for(checkpointer.ckpt, step)
+        t0 = time.monotonic()
         snap = reader.read() if reader is not None else snapshot.take(checkpointer.ckpt)
+        self.cadence.copy_took(time.monotonic() - t0)
         self.latest = (step, snap, checkpointer._raw_state())  # one assignment: atomic
 
     def _reader_for(self, ckpt, step: int) -> snapshot.Reader | None:

@@ -68,6 +68,21 @@ def test_the_cost_is_a_median_and_capped():
     assert interval(measured(noisy_after, noisy_none)) == 5
 
 
+def test_the_copys_own_time_is_a_floor_under_a_cost_the_noise_hid():
+    """A busy machine's step times can read the copy at 0 % (the goodput rerun of
+    2026-12-06 copied every step for it): the copy's own time still counts."""
+    assert measured([0.1] * 8, [0.1] * 8) == (0.0, 0.1)
+    assert measured([0.1] * 8, [0.1] * 8, [0.005] * 8) == pytest.approx((0.05, 0.1))
+    assert measured([0.12] * 8, [0.1] * 8, [0.005] * 8) == pytest.approx((0.2, 0.1))
+    cadence = Cadence(None, agree=lambda c: c)
+    now = 100.0
+    for step in range(1, 60):
+        if cadence.copy_now(step, now):
+            cadence.copy_took(0.005)  # timed where taken; the steps after show nothing
+        now += 0.1
+    assert cadence.every == 5 and cadence.cost == pytest.approx((0.05, 0.1))
+
+
 def test_ranks_agree_on_one_cost_and_copy_at_the_same_steps():
     """Each rank measures its own cost; the copies must be at the same steps, or the
     survivors of a failure hold different steps and their checkpoint is refused."""
