@@ -312,6 +312,11 @@ class RunConfig:
     ``start_fresh`` begins at step 0 under a name that has files: the earlier
     run's files are moved into ``RUN_DIR/previous/<UTC time>/``, never deleted
     (a model that does not fit a run's checkpoints is refused until then).
+    ``forward_credentials`` gives the workers the driver's storage credentials
+    (``AWS_SECRET_ACCESS_KEY``, ``GOOGLE_APPLICATION_CREDENTIALS``...); by default
+    they use their node's own (instance role, service account, ~/.aws), which
+    refresh by themselves and stay off other runs' processes. Forwarded values
+    are copies: a token that expires is not renewed in the workers.
     """
 
     name: str | None = None
@@ -325,6 +330,7 @@ class RunConfig:
     callbacks: tuple = ()
     logging_config: LoggingConfig = field(default_factory=LoggingConfig)
     start_fresh: bool = False
+    forward_credentials: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.logging_config, LoggingConfig):
@@ -351,8 +357,9 @@ class RunConfig:
             )
         if self.storage_path is None:
             object.__setattr__(self, "storage_path", Settings.from_env().storage_path)
-        if not isinstance(self.start_fresh, bool):
-            raise ConfigError(f"RunConfig.start_fresh = {self.start_fresh!r}: must be a bool")
+        for fname in ("start_fresh", "forward_credentials"):
+            if not isinstance(getattr(self, fname), bool):
+                raise ConfigError(f"RunConfig.{fname} = {getattr(self, fname)!r}: must be a bool")
         if self.verbose not in (0, 1, 2):
             raise ConfigError(f"RunConfig.verbose = {self.verbose!r}: must be 0, 1 or 2")
         for fname in ("progress_interval_s", "setup_timeout_s", "placement_timeout_s"):

@@ -27,6 +27,7 @@ from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
 from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.errors import ConfigError
+from raytf.group.actors import credential_env
 from raytf.group.cluster import ensure_ray, unshared_nodes
 from raytf.group.feasibility import check_cluster, check_data_room
 from raytf.group.pool import WorkerPool
@@ -55,6 +56,15 @@ def _configure_logging(settings: Settings, run_config: RunConfig) -> None:
         if not logging.getLogger().handlers:
             logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
         logger.setLevel(level.upper())
+
+
+def run_env(run_config: RunConfig) -> dict[str, str]:
+    """The run's own variables for its workers (beside the forwarded ones): its logging
+    settings, and the driver's credentials where the run asks for them."""
+    env = run_config.logging_config.worker_env()
+    if run_config.forward_credentials:
+        env.update(credential_env())
+    return env
 
 
 def make_controller(
@@ -103,7 +113,7 @@ def make_controller(
         data=data,
         listeners=listeners,
         placement_group=placement_group,
-        pool_cls=functools.partial(pool_cls, env=run_config.logging_config.worker_env()),
+        pool_cls=functools.partial(pool_cls, env=run_env(run_config)),
         settings=settings,
         writer=writer,
     )

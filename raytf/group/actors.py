@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import ray
 
@@ -17,9 +18,9 @@ logger = logging.getLogger("raytf")
 
 # The driver's settings for reaching storage travel to the workers: a worker opens the
 # run's URL itself, and on an existing cluster its process did not inherit the
-# driver's environment (endpoint, credentials, region). So do the logging variables a
-# user sets to quiet (or question) TensorFlow, NCCL and gRPC, and the choice of tf.keras
-# (tf_keras under TF_USE_LEGACY_KERAS=1, as every Ray Train TF example sets), but never
+# driver's environment (endpoint, region). So do the logging variables a user sets to
+# quiet (or question) TensorFlow, NCCL and gRPC, and the choice of tf.keras (tf_keras
+# under TF_USE_LEGACY_KERAS=1, as every Ray Train TF example sets), but never
 # TF_CONFIG: each worker's is its own.
 FORWARDED_PREFIXES = (
     "FSSPEC_",
@@ -34,12 +35,58 @@ FORWARDED_PREFIXES = (
     "TF_USE_LEGACY_KERAS",  # read at TensorFlow's import: which Keras tf.keras is
 )
 
+# Credentials among them stay on the driver unless the run asks
+# (``RunConfig.forward_credentials``): copied into a worker they would override its
+# node's own chain (instance role, service account, ~/.aws), never refresh (a token that
+# expires ends a days-long run) and would reach every process of the run. A name is
+# taken for one if any word of it says so: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+# AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN...
+_CREDENTIAL_WORDS = re.compile(
+    r"(^|_)(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION)(_|$)"
+)
 
-def worker_env(environ=None) -> dict[str, str]:
+# Read when the process starts or TensorFlow is imported, not when used: a process
+# kept with TensorFlow imported (``raytf.group.kept``) serves only a run whose values
+# of these are its own (TF_CONFIG is set by raytf later).
+_IMPORT_TIME = (
+    "TF_",
+    "KERAS_",
+    "XLA_",
+    "ABSL_",
+    "GRPC_",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "PYTHONHASHSEED",
+)
+_SET_LATER = ("TF_CONFIG",)
+
+
+def is_credential(name: str) -> bool:
+    return name == "GOOGLE_APPLICATION_CREDENTIALS" or bool(_CREDENTIAL_WORDS.search(name))
+
+
+def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:
+    """The variables a worker gets from the driver; its credentials only if asked."""
     env = os.environ if environ is None else environ
     out = dict(WORKER_ENV)
-    out.update({k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES)})
+    out.update(
+        (k, v)
+        for k, v in env.items()
+        if k.startswith(FORWARDED_PREFIXES) and (credentials or not is_credential(k))
+    )
     return out
+
+
+def credential_env(environ=None) -> dict[str, str]:
+    """The driver's credentials among the forwarded variables (``forward_credentials``)."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES) and is_credential(k)}
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    """Those of ``env`` that take effect only at a process's start or TF's import."""
+    return {k: v for k, v in env.items() if k.startswith(_IMPORT_TIME) and k not in _SET_LATER}
 
 
 def actor_options(bundle: dict[str, float]) -> dict:

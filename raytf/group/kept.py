@@ -11,11 +11,22 @@ process ends with its run: no run is ever handed a process whose TensorFlow
 state another run touched. An unclaimed one exits by itself after its idle
 timeout.
 
+Scoped: kept processes live in a namespace of their owner's (``RAYTF_KEEP_SCOPE``,
+else the OS user of the process that starts or claims them), and a run lists and
+claims only its own scope's, so one team's run never gets another's process.
+They are started without credentials (``raytf.group.actors.worker_env``), and a
+claim puts back every variable their starter set before applying the run's
+(``raytf.worker.environment``). A Ray cluster is one trust domain: any job on
+it can run code on any node, so the scope keeps runs apart, not users who mean
+harm; those need clusters of their own (README, "Shared clusters").
+
 Opt-in, two ways: ``raytf pool start --per-node N --idle-s S`` (and ``raytf
 pool stop``), or ``RAYTF_KEEP_PROCESSES=N`` (``RAYTF_KEEP_IDLE_S``), with which
 each run leaves N fresh ones on each of its nodes when it ends. They are
-matched to runs by environment (Python, raytf, the job's runtime_env), so a
-job with other code never gets a process that cannot load it. Cost: each is
+matched to runs by environment (Python, raytf, the job's runtime_env, and every
+variable read when the process starts or TensorFlow is imported, such as
+``TF_USE_LEGACY_KERAS``), so a job with other code or settings never gets a
+process that cannot load it or imported TensorFlow otherwise. Cost: each is
 an idle Python process with TensorFlow imported (``raytf pool list`` shows
 its peak resident memory: 713 MB on CPU here; with eight of them and the
 cluster running, this machine's used memory read 3 GiB, shared library pages
@@ -27,10 +38,13 @@ so for a search start enough ahead: ``--per-node`` = trials x workers per node.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import importlib.metadata
 import json
 import logging
+import os
+import re
 import sys
 import uuid
 
@@ -38,32 +52,44 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raytf.group.actors import kill_actor, worker_env
+from raytf.group.actors import import_time_env, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")
 
-NAMESPACE = "raytf_kept"
+NAMESPACE = "raytf_kept"  # a scope's namespace is NAMESPACE-<scope>
 PREFIX = "raytf-kept-"
 CLAIM_TIMEOUT_S = 2.0
 
 
-def env_key() -> str:
-    """What a kept process must share with a run to serve it."""
+def namespace() -> str:
+    """This process's scope's namespace: ``RAYTF_KEEP_SCOPE``, else its OS user's."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's)
+        user = f"uid{os.getuid()}"
+    scope = os.environ.get("RAYTF_KEEP_SCOPE") or user
+    return f"{NAMESPACE}-{re.sub(r'[^A-Za-z0-9_.-]', '_', scope)}"
+
+
+def env_key(env: dict[str, str] | None = None) -> str:
+    """What a kept process must share with a run to serve it; ``env``: the variables the
+    run's workers get (default: the driver's, ``worker_env``)."""
     try:
         runtime_env = dict(ray.get_runtime_context().runtime_env)
     except Exception:  # noqa: BLE001 - not connected: no job environment to match
         runtime_env = {}
-    # What loads code (working_dir, py_modules, pip, conda, container...) must match;
-    # environment variables need not (Tune sets some in its trials; raytf sets the
-    # worker's own at promotion).
-    runtime_env.pop("env_vars", None)
+    # What loads code (working_dir, py_modules, pip, conda, container...) must match, and
+    # the variables read at the process's start or TF's import; others need not (Tune
+    # sets some in its trials; raytf sets the worker's own at the claim).
+    job_vars = runtime_env.pop("env_vars", None) or {}
+    variables = import_time_env({**job_vars, **(worker_env() if env is None else env)})
     try:
         version = importlib.metadata.version("raytf")
     except importlib.metadata.PackageNotFoundError:
         version = "source"
-    doc = {"python": sys.version, "raytf": version, "runtime_env": runtime_env}
+    doc = {"python": sys.version, "raytf": version, "runtime_env": runtime_env, "env": variables}
     return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -71,41 +97,47 @@ def _names(key: str | None = None, node_id: str | None = None) -> list[str]:
     prefix = PREFIX if key is None else f"{PREFIX}{key}-"
     if node_id is not None:
         prefix += f"{node_id[:16]}-"
-    found = ray.util.list_named_actors(all_namespaces=True)
-    mine = [a["name"] for a in found if a["namespace"] == NAMESPACE]
+    mine = ray.util.list_named_actors(all_namespaces=True)
+    mine = [a["name"] for a in mine if a["namespace"] == namespace()]
     return sorted(name for name in mine if name.startswith(prefix))
 
 
-def start(per_node: int, idle_s: float, node_ids: list[str] | None = None) -> int:
-    """Top each node (default: every alive node) up to ``per_node`` kept processes."""
-    key, started = env_key(), 0
+def start(
+    per_node: int, idle_s: float, node_ids: list[str] | None = None, env: dict | None = None
+) -> int:
+    """Top each node (default: every alive node) up to ``per_node`` kept processes;
+    ``env``: the variables a run's workers get (never credentials: they would stay in
+    an unclaimed process, which its next run replaces anyway)."""
+    env = worker_env() if env is None else env
+    key, started = env_key(env), 0
     actor_cls = ray.remote(RaytfWorker)
     for node in node_ids or sorted(alive_node_ids()):
         for _ in range(per_node - len(_names(key, node))):
             actor_cls.options(
                 name=f"{PREFIX}{key}-{node[:16]}-{uuid.uuid4().hex[:8]}",
-                namespace=NAMESPACE,
+                namespace=namespace(),
                 lifetime="detached",
                 num_cpus=0,
                 num_gpus=0,
                 max_restarts=0,
                 max_concurrency=2,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            ).remote(None, 1, False, 0, worker_env(), idle_s=idle_s)
+            ).remote(None, 1, False, 0, env, idle_s=idle_s)
             started += 1
     return started
 
 
-def any_kept() -> bool:
+def any_kept(env: dict | None = None) -> bool:
     """Cheap first check (one GCS call): is any process kept for this environment?"""
-    return bool(_names(env_key()))
+    return bool(_names(env_key(env)))
 
 
-def claim(node_id: str):
-    """A kept process on ``node_id`` for this run's environment, now this run's; else None."""
-    for name in _names(env_key(), node_id):
+def claim(node_id: str, env: dict | None = None):
+    """A kept process on ``node_id`` for this run's environment (``env``: its workers'
+    variables), now this run's; else None."""
+    for name in _names(env_key(env), node_id):
         try:
-            actor = ray.get_actor(name, namespace=NAMESPACE)
+            actor = ray.get_actor(name, namespace=namespace())
         except ValueError:
             continue  # exited since the listing
         try:
@@ -119,11 +151,11 @@ def claim(node_id: str):
 
 
 def listing() -> list[dict]:
-    """Every kept process: name, node, pid and resident memory (``raytf pool list``)."""
+    """This scope's kept processes: name, node, pid and resident memory (``raytf pool list``)."""
     out = []
     for name in _names():
         try:
-            actor = ray.get_actor(name, namespace=NAMESPACE)
+            actor = ray.get_actor(name, namespace=namespace())
             out.append({"name": name, **ray.get(actor.describe.remote(), timeout=CLAIM_TIMEOUT_S)})
         except Exception:  # noqa: BLE001 - exited between the listing and the call
             continue
@@ -131,11 +163,11 @@ def listing() -> list[dict]:
 
 
 def stop() -> int:
-    """Kill every kept process (any environment); how many were asked to go."""
+    """Kill this scope's kept processes (any environment); how many were asked to go."""
     names = _names()
     for name in names:
         try:
-            kill_actor(ray.get_actor(name, namespace=NAMESPACE))
+            kill_actor(ray.get_actor(name, namespace=namespace()))
         except ValueError:
             continue  # exited on its own meanwhile
     return len(names)

@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
 from raytf.group import kept
-from raytf.group.actors import actor_options, kill_actor, worker_env
+from raytf.group.actors import actor_options, is_credential, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.group.elastic import WorldSize, choose_world_size
 from raytf.group.slots import make_slots
@@ -131,7 +131,7 @@ class WorkerPool:
         n = self.world_size
         out: list[tuple[object, bool]] = []
         promotions = []
-        self._any_kept = kept.any_kept()  # one look per attempt, not one per slot
+        self._any_kept = kept.any_kept(self._env())  # one look per attempt, not per slot
         for rank, slot in enumerate(self.active):
             spare = self.spares.pop(slot, None)
             standby = self.standbys.pop(slot, None)
@@ -186,7 +186,7 @@ class WorkerPool:
     def _claim_kept(self, slot: int, gpu_ids: list[str] | None) -> tuple[object, list] | None:
         """A process kept from an earlier run on the slot's node, and the bundle's GPUs."""
         node = self._slot_nodes.get(slot)
-        actor = kept.claim(node) if node is not None and self._any_kept else None
+        actor = kept.claim(node, self._env()) if node is not None and self._any_kept else None
         if actor is None:
             return None
         if self.scaling.use_gpu and gpu_ids is None:
@@ -272,7 +272,8 @@ class WorkerPool:
         settings = Settings.from_env()
         if settings.keep_processes > 0:  # the next run's warm start (raytf.group.kept)
             nodes = sorted(set(self._slot_nodes.values()))
-            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None)
+            env = {k: v for k, v in self._env().items() if not is_credential(k)}
+            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None, env)
 
 
 def bundle_gpu_ids(strategy, gpus: int) -> list[str]:

@@ -201,6 +201,18 @@ class Storage:
             list(pool.map(get, names))
 
 
+def cause(exc: BaseException) -> str:
+    """A storage error in a line, and where a worker found no credentials, where it
+    looks for them (the driver's are not forwarded unless the run asks)."""
+    text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    if "credential" in text.lower():
+        text += (
+            " (the workers use their node's own credentials: instance role, service "
+            "account, ~/.aws; RunConfig(forward_credentials=True) gives them the driver's)"
+        )
+    return text
+
+
 def retrying(call, what: str, retries: int = UPLOAD_RETRIES, first_wait: float = 1.0):
     """``call()``, tried again with backoff on any storage error (each failed try a
     warning) and re-raised after the last; a missing file is an answer, never retried."""

@@ -44,8 +44,8 @@ from raytf.messages import (
     WorkerPoll,
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
-from raytf.settings import WORKER_ENV, Settings
-from raytf.worker import compat, keras_fit, liveness, model_out, own_strategy, patches
+from raytf.settings import Settings
+from raytf.worker import compat, environment, keras_fit, liveness, model_out, own_strategy, patches
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
@@ -94,11 +94,7 @@ class RaytfWorker:
         self.rank = rank
         self.world_size = world_size
         self._gpu_ids: tuple[str, ...] = ()
-        for key, value in env.items():
-            if WORKER_ENV.get(key) == value:
-                os.environ.setdefault(key, value)  # raytf's default yields to the node's
-            else:
-                os.environ[key] = value  # what the driver's user set wins
+        self._env_set = environment.apply(env)  # undone when a run claims a kept process
         # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
         self._output = OutputTap()
         _apply_log_level()
@@ -206,8 +202,8 @@ class RaytfWorker:
         """
         if self._strategy is not None:
             raise RuntimeError("a worker that already joined a strategy cannot be promoted")
-        if env:
-            os.environ.update(env)
+        if env is not None:
+            self._env_set = environment.replace(self._env_set, env)  # none of its starter's
             refresh_fsspec_env()
             _apply_log_level()
         if gpu_ids is None:

@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from raytf.messages import CheckpointPart
 from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
 from raytf.rundir.storage import Storage, retrying
+from raytf.rundir.storage import cause as storage_cause
 from raytf.worker import model_out, snapshot, structure
 from raytf.worker.copy_cadence import Cadence, agree_through_kv
 from raytf.worker.emergency import LastStep
@@ -320,10 +321,9 @@ class WorkerCheckpointer:
                     copy_id = self.host_copy.keep(staging, dirname)
         except Exception as exc:  # noqa: BLE001 - the checkpoint is lost, training is not
             # One line (a full disk fails every save until it has room: no traceback each).
-            cause = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
             print(
                 f"[raytf] rank {self.rank}: checkpoint at step {step} could not be stored "
-                f"({cause}); the previous committed checkpoint stays the latest",
+                f"({storage_cause(exc)}); the previous committed checkpoint stays the latest",
                 flush=True,
             )
             return

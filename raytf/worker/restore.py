@@ -24,7 +24,7 @@ import numpy as np
 
 from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, CheckpointStorageError
 from raytf.rundir.checkpoints import MANIFEST, TF_PREFIX, parse_step_dirname
-from raytf.rundir.storage import Storage, retrying
+from raytf.rundir.storage import Storage, cause, retrying
 from raytf.worker import structure as structures
 from raytf.worker.emergency import state_file_for
 from raytf.worker.host_copy import HostCopy, is_tf_file
@@ -121,7 +121,7 @@ def read_committed(
     except (FileNotFoundError, ValueError, KeyError) as exc:  # gone files, a bad manifest
         raise CheckpointRestoreError(url, f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - the store, not the checkpoint
-        raise CheckpointStorageError(url, f"{type(exc).__name__}: {exc}") from exc
+        raise CheckpointStorageError(url, cause(exc)) from exc
 
     def mismatch(diff: list[str]) -> CheckpointMismatchError:
         step = parse_step_dirname(os.path.basename(url.rstrip("/")))
@@ -151,7 +151,7 @@ def read_committed(
             except FileNotFoundError:
                 raise
             except Exception as err:  # noqa: BLE001 - the store, not the checkpoint
-                raise CheckpointStorageError(url, f"{type(err).__name__}: {err}") from err
+                raise CheckpointStorageError(url, cause(err)) from err
             source = "storage (the host copy was damaged)"
             read(where.scratch, where.scratch)
     except (CheckpointMismatchError, CheckpointStorageError):

@@ -1,6 +1,7 @@
 """A real local Ray instance for the integration tier: own temp dir, loopback, dashboard
 (for Ray's state API), torn down at the end of the session."""
 
+import os
 import shutil
 import socket
 import tempfile
@@ -25,12 +26,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NODE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "raytf-node-key",
+    "AWS_SECRET_ACCESS_KEY": "raytf-node-own-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _restore(saved: dict) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     # Workers import this module's functions by value: they need not find jobs/ on sys.path.
     for module in (train_synthetic, train_keras, train_tf_keras, train_digits, train_ray_data):
         cloudpickle.register_pickle_by_value(module)
     temp_dir = tempfile.mkdtemp(prefix="rtt-", dir="/tmp")
+    # The nodes' own credentials for the S3 server (the workers' default chain, as an
+    # instance role gives them): the raylet inherits them at its start, this process not.
+    saved = {k: os.environ.get(k) for k in NODE_CREDENTIALS}
+    os.environ.update(NODE_CREDENTIALS)
     ray.init(
         num_cpus=4,
         _temp_dir=temp_dir,
@@ -42,6 +62,8 @@ def ray_cluster():
         # Custom metrics reach the node's Prometheus endpoint within a second, not ten.
         _system_config={"metrics_report_interval_ms": 1000},
     )
+    _restore(saved)
+    ray.node_secret = NODE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]  # what the workers hold
     try:
         yield ray
     finally:
@@ -82,10 +104,6 @@ def s3(tmp_path_factory):
     (the in-process drivers) and handed to job subprocesses; stopped by pid at the end.
     The workers' host copies go to a directory of the session's own in host memory
     (``server.host_copies``), removed at the end, as runs the tests kill leave theirs."""
-    import os
-    import shutil
-    import tempfile
-
     from raytf.rundir.storage import refresh_fsspec_env
 
     from .s3_server import S3Server
@@ -102,11 +120,7 @@ def s3(tmp_path_factory):
     finally:
         server.stop()
         shutil.rmtree(server.host_copies, ignore_errors=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _restore(saved)
         refresh_fsspec_env()
 
 

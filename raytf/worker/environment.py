@@ -1,0 +1,42 @@
+"""A worker process's environment: the node's own, with the run's variables over it.
+
+A worker's process starts with its node's environment (the raylet's, and the
+job's runtime_env); the driver's variables (``raytf.group.actors.worker_env``)
+go over it, raytf's own defaults yielding to the node's. A process kept from
+an earlier run (``raytf.group.kept``) was started with that run's driver's
+variables: when a new run claims it, every variable the earlier driver set is
+put back to the node's value (or removed) before the new run's are applied, so
+nothing of the earlier run (an endpoint, a log setting, a credential it
+forwarded) is left in it. What the process itself set since (Ray, an import)
+stays. A claimed process ends with its run: there is no second release to clear.
+"""
+
+from __future__ import annotations
+
+import os
+
+from raytf.settings import WORKER_ENV
+
+# The node's value of each variable a run set (None: the node had none).
+Applied = dict[str, str | None]
+
+
+def apply(env: dict[str, str]) -> Applied:
+    """Apply the run's variables; what they replaced, for ``replace``."""
+    before = {key: os.environ.get(key) for key in env}
+    for key, value in env.items():
+        if WORKER_ENV.get(key) == value:
+            os.environ.setdefault(key, value)  # raytf's default yields to the node's
+        else:
+            os.environ[key] = value  # what the driver's user set wins
+    return before
+
+
+def replace(applied: Applied, env: dict[str, str]) -> Applied:
+    """Undo the earlier run's variables (``applied``), then apply this run's."""
+    for key, value in applied.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    return apply(env)
