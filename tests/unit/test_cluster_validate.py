@@ -175,3 +175,19 @@ def test_credentials_in_env_lists_and_a_kuberay_head_without_token_auth(tmp_path
     assert "AWS_SECRET_ACCESS_KEY" in secret.message
     (exposed,) = [p for p in problems if p.warning]
     assert exposed.path == "spec.rayClusterSpec.authOptions" and "token" in exposed.fix
+
+
+@pytest.mark.parametrize("auth, warned", [("", True), ("RAY_AUTH_MODE=token ", False)])
+def test_a_launcher_head_serving_its_dashboard_on_every_interface(tmp_path, auth, warned):
+    def wide(doc):
+        doc["head_start_ray_commands"] = [
+            auth + c.replace("--dashboard-host=127.0.0.1", "--dashboard-host=0.0.0.0")
+            for c in doc["head_start_ray_commands"]
+        ]
+
+    problems = [p for p in validate_file(variant(tmp_path, AWS, wide), {"GPU": 1}) if p.warning]
+    exposed = [p for p in problems if "dashboard" in p.message]
+    assert bool(exposed) == warned
+    if warned:
+        assert exposed[0].path.startswith("head_start_ray_commands.")
+        assert "0.0.0.0 without token authentication" in exposed[0].message

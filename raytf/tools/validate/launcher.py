@@ -20,6 +20,7 @@ import copy
 import difflib
 import json
 import logging
+import re
 from typing import Any
 
 import yaml
@@ -143,6 +144,7 @@ def _check_launcher(
     if provider == "local":
         problems += _local_provider(path, config)
     problems += _synced_checkout(path, config)
+    problems += _exposure(path, config)
     if provider != "fake_multinode":  # fake nodes are local processes: nothing to install
         problems += _installs_raytf(path, config, types, head)
     if job_resources:
@@ -150,6 +152,29 @@ def _check_launcher(
         if provider == "local":
             pools = {"local.cluster.node": _resources_from_start(config)}
         problems += job_fits(path, "available_node_types", pools, job_resources)
+    return problems
+
+
+def _exposure(path: str, config: dict) -> list[Problem]:
+    """A head whose dashboard (the job API) listens on every interface without Ray's
+    token authentication takes a job from anyone who reaches the machine: code run as
+    the cluster, with its runs' data and credentials. Ray's default is 127.0.0.1."""
+    problems = []
+    for i, command in enumerate(config.get("head_start_ray_commands") or []):
+        wide = re.search(r"--dashboard-host[= ]+['\"]?(0\.0\.0\.0|::)(?![\w.:])", str(command))
+        if wide and "RAY_AUTH_MODE=token" not in str(command):
+            problems.append(
+                Problem(
+                    path,
+                    f"head_start_ray_commands.{i}",
+                    f"the dashboard listens on {wide.group(1)} without token authentication: "
+                    "its job API takes anyone's job",
+                    "keep --dashboard-host=127.0.0.1 (reach it over `ray dashboard`'s SSH "
+                    "tunnel), or start the head with RAY_AUTH_MODE=token and a security "
+                    "group that admits only your network",
+                    warning=True,
+                )
+            )
     return problems
 
 
