@@ -45,7 +45,7 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import Settings
-from raytf.worker import compat, environment, keras_fit, liveness, model_out, own_strategy, patches
+from raytf.worker import compat, environment, liveness, model_out, own_strategy, patches
 from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.devices import cuda_visible_devices
@@ -255,7 +255,7 @@ class RaytfWorker:
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         own_strategy.install(self._strategy)  # the loop's own MWMS() is this one
         # Each private API, probed once: a plain path where one exists, said on the driver.
-        self._compat = compat.run_probes((*compat.PROBES, keras_fit.PROBE))
+        self._compat = compat.run_probes(patches.PROBES)
         self._notes_unsent = self._compat.notes
         patches.install(self._compat)
         return int(self._strategy.num_replicas_in_sync)

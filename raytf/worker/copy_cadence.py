@@ -9,13 +9,16 @@ most ``k - 1`` steps (the survivors' copy is at most that old).
 
 ``k`` is measured in the run, not guessed: after a warm-up (the first steps trace
 and compile), steps that follow a copy are timed against steps that follow
-none, alternately, and ``k`` is the smallest whole number that keeps the copy's
-share of a step within ``BUDGET``. The difference of the two medians is the
-copy's whole cost (on a GPU the copy is queued and costs the next step), but
-on a busy machine step-time noise can swamp it and read 0; the copy's own
-time, timed where it is taken, is a floor under it (on a CPU it is the cost),
-so the share is the larger of the two. A copy whose cost is within the budget is taken
-every step (``k = 1``: nothing redone). Where the run's workers have been dying
+none, alternately, and ``k`` is the smallest whole number that keeps the
+copy's share of a step within ``BUDGET``. Most of a copy's cost lands in the
+step after it (the snapshot shares the variables' buffers, and the next
+update copies each before writing it; on a GPU the copy is also queued), so
+the share is the median difference between each step after a copy and the
+step after none beside it (a drift, such as a save being written, moves both
+of a pair), over the median step. On a busy machine that can still read 0;
+the copy's own time, timed where it is taken, is a floor under it. A copy
+whose cost is within the budget is taken every step (``k = 1``: nothing
+redone). Where the run's workers have been dying
 often, fewer redone steps are worth more copies: with ``T`` seconds between
 the run's restarts so far (a death, or a preemption or resize: those only
 shorten it), a copy costing ``c`` seconds and steps of ``t``, the interval
@@ -55,12 +58,16 @@ Cost = tuple[float, float]  # (the copy's share of a step, the step's seconds)
 def measured(
     after_copy: list[float], after_none: list[float], copies: list[float] | None = None
 ) -> Cost:
-    """The copy's share of a step and the step's time, from the two samples' medians; no
-    less than the median of the copies' own times (``copies``) over the step."""
+    """The copy's share of a step (the median of the paired differences over the median
+    step after none) and that step's time; no less than the median of the copies' own
+    times (``copies``) over the step."""
     base = statistics.median(after_none)
     if base <= 0:
         return 0.0, base
-    share = max(0.0, statistics.median(after_copy) - base) / base
+    # Each step after a copy against the step after none beside it: a drift (a save
+    # being written, another process's burst) moves both of a pair, not the difference.
+    extra = statistics.median(a - n for a, n in zip(after_copy, after_none))
+    share = max(0.0, extra) / base
     if copies:
         share = max(share, statistics.median(copies) / base)
     return share, base

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import logging
 
-from raytf.worker import compat, keras_fit, keras_hooks, teardown
+from raytf.worker import compat, keras_fit, keras_hooks, teardown, unbroadcast
 
 logger = logging.getLogger("raytf")
+
+# Every probe a worker runs: compat's own, and those of the patches beside their code.
+PROBES = (*compat.PROBES, keras_fit.PROBE, unbroadcast.PROBE)
 
 
 def install(report: compat.ProbeReport) -> None:
     if report.ok(keras_fit.PROBE):
         keras_fit.install()  # Keras 3's own model.fit under multi-worker MWMS
+    if report.ok(unbroadcast.PROBE):
+        unbroadcast.enable()  # a restore's optimizer slots made without a collective
     if report.ok(compat.ITERATOR_REAPER):
         teardown.install()  # a run ends when its last step does, not its pipeline's teardown
     try:

@@ -26,6 +26,7 @@ from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, Checkp
 from raytf.rundir.checkpoints import MANIFEST, TF_PREFIX, parse_step_dirname
 from raytf.rundir.storage import Storage, cause, retrying
 from raytf.worker import structure as structures
+from raytf.worker import unbroadcast
 from raytf.worker.emergency import state_file_for
 from raytf.worker.host_copy import HostCopy, is_tf_file
 
@@ -66,7 +67,7 @@ def build_optimizers(trackables: dict, strategy) -> None:
     strategy = getattr(getattr(variables[0], "value", None), "distribute_strategy", strategy)
     for t in trackables.values():
         if isinstance(t, keras.optimizers.Optimizer) and not t.built:
-            with strategy.scope():
+            with strategy.scope(), unbroadcast.locally(strategy):  # constants: not sent
                 t.build(variables)
 
 

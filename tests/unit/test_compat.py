@@ -9,13 +9,14 @@ import pytest
 
 from raytf.driver.progress import Progress
 from raytf.errors import DependencyError
-from raytf.worker import compat, keras_fit
+from raytf.worker import compat, keras_fit, patches, unbroadcast
 
 pytestmark = pytest.mark.unit
 
 
 def test_every_probe_passes_on_the_installed_versions():
-    probes = (*compat.PROBES, keras_fit.PROBE)
+    probes = patches.PROBES
+    assert set(probes) >= {*compat.PROBES, keras_fit.PROBE, unbroadcast.PROBE}
     report = compat.run_probes(probes)
     assert report.failed == frozenset() and report.notes == ()
     for probe in probes:
@@ -107,3 +108,24 @@ def test_a_name_by_name_guard_is_probed_by_its_names_not_the_release(monkeypatch
     monkeypatch.delattr(ray_constants, "LOG_PREFIX_ACTOR_NAME")
     (note,) = compat.run_probes((compat.RAY_LOG_PREFIX,)).notes
     assert "lacks LOG_PREFIX_ACTOR_NAME" in note and "default prefixes" in note
+
+
+def test_a_restores_optimizer_slots_are_made_without_a_broadcast_only_under_mwms(monkeypatch):
+    """The swap is on the strategy's own object, for the block only; any other strategy
+    (one process's MirroredStrategy here) is left as it is."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+    monkeypatch.setattr(unbroadcast, "_enabled", True)
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with unbroadcast.locally(mirrored):
+        assert "_get_variable_creator_initial_value" not in vars(mirrored.extended)
+    ext = cars.CollectiveAllReduceExtended.__new__(cars.CollectiveAllReduceExtended)
+    strategy = type("S", (), {"extended": ext})()
+    with unbroadcast.locally(strategy):
+        local = ext._get_variable_creator_initial_value
+        assert local(0, "/cpu:0", None, initial_value="v") == "v"  # no collective
+    assert "_get_variable_creator_initial_value" not in vars(ext)
+    monkeypatch.setattr(unbroadcast, "_enabled", False)  # its probe failed
+    with unbroadcast.locally(strategy):
+        assert "_get_variable_creator_initial_value" not in vars(ext)
