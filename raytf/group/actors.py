@@ -6,6 +6,7 @@ processes that outlive runs (``raytf.group.kept``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -42,8 +43,12 @@ FORWARDED_PREFIXES = (
 # taken for one if any word of it says so: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
 # AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN...
 _CREDENTIAL_WORDS = re.compile(
-    r"(^|_)(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION)(_|$)"
+    r"(^|_)(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION)(_|$)",
+    re.IGNORECASE,
 )
+# fsspec also reads a protocol's whole configuration from one variable as JSON
+# (FSSPEC_S3='{"key": ..., "secret": ...}'): a credential if any of its keys is one.
+_FSSPEC_JSON = re.compile(r"^FSSPEC_[A-Za-z0-9]+$")
 
 # Read when the process starts or TensorFlow is imported, not when used: a process
 # kept with TensorFlow imported (``raytf.group.kept``) serves only a run whose values
@@ -62,8 +67,17 @@ _IMPORT_TIME = (
 _SET_LATER = ("TF_CONFIG",)
 
 
-def is_credential(name: str) -> bool:
-    return name == "GOOGLE_APPLICATION_CREDENTIALS" or bool(_CREDENTIAL_WORDS.search(name))
+def is_credential(name: str, value: str | None = None) -> bool:
+    """Whether ``name`` (with ``value``, for fsspec's JSON form) holds a credential."""
+    if name == "GOOGLE_APPLICATION_CREDENTIALS" or _CREDENTIAL_WORDS.search(name):
+        return True
+    if _FSSPEC_JSON.match(name):
+        try:
+            doc = json.loads(value or "{}")
+        except ValueError:
+            return True  # unreadable: not worth the doubt
+        return not isinstance(doc, dict) or any(_CREDENTIAL_WORDS.search(str(k)) for k in doc)
+    return False
 
 
 def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:
@@ -73,7 +87,7 @@ def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:
     out.update(
         (k, v)
         for k, v in env.items()
-        if k.startswith(FORWARDED_PREFIXES) and (credentials or not is_credential(k))
+        if k.startswith(FORWARDED_PREFIXES) and (credentials or not is_credential(k, v))
     )
     return out
 
@@ -81,7 +95,9 @@ def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:
 def credential_env(environ=None) -> dict[str, str]:
     """The driver's credentials among the forwarded variables (``forward_credentials``)."""
     env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES) and is_credential(k)}
+    return {
+        k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES) and is_credential(k, v)
+    }
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:

@@ -52,7 +52,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raytf.group.actors import import_time_env, kill_actor, worker_env
+from raytf.group.actors import import_time_env, is_credential, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.worker.actor import RaytfWorker
 
@@ -80,11 +80,12 @@ def env_key(env: dict[str, str] | None = None) -> str:
         runtime_env = dict(ray.get_runtime_context().runtime_env)
     except Exception:  # noqa: BLE001 - not connected: no job environment to match
         runtime_env = {}
-    # What loads code (working_dir, py_modules, pip, conda, container...) must match, and
-    # the variables read at the process's start or TF's import; others need not (Tune
-    # sets some in its trials; raytf sets the worker's own at the claim).
-    job_vars = runtime_env.pop("env_vars", None) or {}
-    variables = import_time_env({**job_vars, **(worker_env() if env is None else env)})
+    # What loads code (working_dir, py_modules, pip, conda, container...) must match, the
+    # job's own variables (Ray sets them in the process itself: a claim cannot take them
+    # back, so a job with others, credentials among them, never gets it), and the
+    # driver's variables read at the process's start or TF's import (the others the
+    # claim replaces).
+    variables = import_time_env(worker_env() if env is None else env)
     try:
         version = importlib.metadata.version("raytf")
     except importlib.metadata.PackageNotFoundError:
@@ -106,9 +107,11 @@ def start(
     per_node: int, idle_s: float, node_ids: list[str] | None = None, env: dict | None = None
 ) -> int:
     """Top each node (default: every alive node) up to ``per_node`` kept processes;
-    ``env``: the variables a run's workers get (never credentials: they would stay in
-    an unclaimed process, which its next run replaces anyway)."""
-    env = worker_env() if env is None else env
+    ``env``: the variables a run's workers get, less any credential (it would wait in an
+    unclaimed process until a run replaced it)."""
+    env = {
+        k: v for k, v in (worker_env() if env is None else env).items() if not is_credential(k, v)
+    }
     key, started = env_key(env), 0
     actor_cls = ray.remote(RaytfWorker)
     for node in node_ids or sorted(alive_node_ids()):
@@ -128,8 +131,20 @@ def start(
 
 
 def any_kept(env: dict | None = None) -> bool:
-    """Cheap first check (one GCS call): is any process kept for this environment?"""
-    return bool(_names(env_key(env)))
+    """Cheap first check (one GCS call): is any process kept for this environment? Where
+    the scope keeps some for other environments only, the run says so (a pool started
+    from a shell with other settings would otherwise just never serve)."""
+    ours, key = _names(), env_key(env)
+    mine = [name for name in ours if name.startswith(f"{PREFIX}{key}-")]
+    if ours and not mine:
+        logger.warning(
+            "raytf: %d kept process(es) in %s, none for this run's environment (code, job "
+            "variables, or variables read at TensorFlow's import such as TF_USE_LEGACY_KERAS "
+            "and TF_CPP_MIN_LOG_LEVEL differ from their starter's): starting new ones",
+            len(ours),
+            namespace(),
+        )
+    return bool(mine)
 
 
 def claim(node_id: str, env: dict | None = None):

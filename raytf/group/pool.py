@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
 from raytf.group import kept
-from raytf.group.actors import actor_options, is_credential, kill_actor, worker_env
+from raytf.group.actors import actor_options, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.group.elastic import WorldSize, choose_world_size
 from raytf.group.slots import make_slots
@@ -272,8 +272,7 @@ class WorkerPool:
         settings = Settings.from_env()
         if settings.keep_processes > 0:  # the next run's warm start (raytf.group.kept)
             nodes = sorted(set(self._slot_nodes.values()))
-            env = {k: v for k, v in self._env().items() if not is_credential(k)}
-            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None, env)
+            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None, self._env())
 
 
 def bundle_gpu_ids(strategy, gpus: int) -> list[str]:

@@ -62,11 +62,10 @@ from raytf.worker.workdir import own_workdir
 ORPHAN_S = 300.0
 
 
-def _apply_log_level() -> None:
-    """``LoggingConfig.log_level`` for the Python logging of this worker process."""
-    level = os.environ.get("RAYTF_WORKER_LOG_LEVEL")
-    if level:
-        logging.getLogger().setLevel(level)
+def _apply_log_level(default: int) -> None:
+    """``LoggingConfig.log_level`` for the Python logging of this worker process; else
+    ``default``, the level it started with (a kept process's starter may have set one)."""
+    logging.getLogger().setLevel(os.environ.get("RAYTF_WORKER_LOG_LEVEL") or default)
 
 
 def _import_tensorflow() -> None:
@@ -97,7 +96,8 @@ class RaytfWorker:
         self._env_set = environment.apply(env)  # undone when a run claims a kept process
         # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
         self._output = OutputTap()
-        _apply_log_level()
+        self._log_level = logging.getLogger().level  # the process's own, before the run's
+        _apply_log_level(self._log_level)
         refresh_fsspec_env()  # the storage endpoint may have come with env
         ctx = ray.get_runtime_context()
         self._node_id = ctx.get_node_id()
@@ -205,7 +205,7 @@ class RaytfWorker:
         if env is not None:
             self._env_set = environment.replace(self._env_set, env)  # none of its starter's
             refresh_fsspec_env()
-            _apply_log_level()
+            _apply_log_level(self._log_level)
         if gpu_ids is None:
             ray_gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
             gpu_ids = [str(g) for g in ray_gpus]

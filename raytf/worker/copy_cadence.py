@@ -124,6 +124,7 @@ class Cadence:
         self._after_copy: list[float] = []
         self._after_none: list[float] = []
         self._copy_s: list[float] = []  # the copies' own times while measuring
+        self._pending: float | None = None  # a step after a copy, awaiting its neighbour
         self._copied_at: int | None = None
 
     def copy_now(self, step: int, now: float) -> bool:
@@ -134,7 +135,9 @@ class Cadence:
         if prev is not None:
             consecutive = step == prev[0] + 1
             if consecutive and self.every is None and self._calls > WARMUP:
-                (self._after_copy if prev[2] else self._after_none).append(now - prev[1])
+                self._sample(now - prev[1], after_copy=prev[2])
+            elif not consecutive:
+                self._pending = None  # its neighbour is not the step beside it
         if self.every is None and min(len(self._after_copy), len(self._after_none)) >= SAMPLES:
             cost = measured(self._after_copy, self._after_none, self._copy_s)
             self.cost = self._agree(cost)
@@ -147,6 +150,16 @@ class Cadence:
         if due:
             self._copied_at = step
         return due
+
+    def _sample(self, step_s: float, after_copy: bool) -> None:
+        """Samples kept in pairs: a step after a copy, then the step after none beside it
+        (a gap between boundaries breaks a pair, and its half is dropped)."""
+        if after_copy:
+            self._pending = step_s
+        elif self._pending is not None:
+            self._after_copy.append(self._pending)
+            self._after_none.append(step_s)
+            self._pending = None
 
     def copy_took(self, seconds: float) -> None:
         """The time the copy just taken took, where it was taken (a floor under its cost)."""

@@ -23,20 +23,27 @@ Applied = dict[str, str | None]
 
 def apply(env: dict[str, str]) -> Applied:
     """Apply the run's variables; what they replaced, for ``replace``."""
-    before = {key: os.environ.get(key) for key in env}
-    for key, value in env.items():
-        if WORKER_ENV.get(key) == value:
-            os.environ.setdefault(key, value)  # raytf's default yields to the node's
-        else:
-            os.environ[key] = value  # what the driver's user set wins
-    return before
+    return replace({}, env)
 
 
 def replace(applied: Applied, env: dict[str, str]) -> Applied:
-    """Undo the earlier run's variables (``applied``), then apply this run's."""
+    """Undo the earlier run's variables (``applied``) and apply this run's, in one pass
+    that never removes a variable both set (TensorFlow may still be importing on the
+    process's other thread: a variable it reads must not blink)."""
+    node = {key: applied[key] if key in applied else os.environ.get(key) for key in env}
     for key, value in applied.items():
-        if value is None:
-            os.environ.pop(key, None)
+        if key not in env:
+            _set(key, value)
+    for key, value in env.items():
+        if WORKER_ENV.get(key) == value and node[key] is not None:
+            _set(key, node[key])  # raytf's default yields to the node's
         else:
-            os.environ[key] = value
-    return apply(env)
+            os.environ[key] = value  # what the driver's user set wins
+    return node
+
+
+def _set(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value

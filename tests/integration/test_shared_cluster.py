@@ -83,8 +83,10 @@ def test_kept_processes_serve_their_scope_only_and_keep_nothing_of_their_starter
     ray_cluster, storage, monkeypatch
 ):
     monkeypatch.setenv("RAYTF_KEEP_SCOPE", "alice")
-    # Started by a driver of alice's whose workers got a variable of its own.
-    started = kept.start(per_node=2, idle_s=300, env={**worker_env(), "RAYTF_PLANTED_A": "a"})
+    # Started by a driver of alice's whose workers got a variable of its own, and her
+    # credential (which the start leaves out).
+    planted = {"RAYTF_PLANTED_A": "a", "AWS_SECRET_ACCESS_KEY": PLANTED}
+    started = kept.start(per_node=2, idle_s=300, env={**worker_env(), **planted})
     try:
         assert started == 2
         alices = {row["pid"] for row in wait_for(lambda: _imported(2))}
@@ -97,6 +99,8 @@ def test_kept_processes_serve_their_scope_only_and_keep_nothing_of_their_starter
         again = run(storage, "alice")
         assert {r["pid"] for r in again.worker_results} == alices  # served by them
         assert all("RAYTF_PLANTED_A" not in r["env"] for r in again.worker_results)
+        node_secret = digest(ray_cluster.node_secret)
+        assert {r["env"]["AWS_SECRET_ACCESS_KEY"] for r in again.worker_results} == {node_secret}
         assert kept.listing() == []
     finally:
         for scope in ("alice", "bob"):

@@ -83,6 +83,18 @@ def test_the_copys_own_time_is_a_floor_under_a_cost_the_noise_hid():
     assert cadence.every == 5 and cadence.cost == pytest.approx((0.05, 0.1))
 
 
+def test_samples_are_neighbours_and_a_gap_breaks_a_pair():
+    """A step after a copy is compared with the step after none beside it; across a gap
+    between boundaries the half-pair is dropped, never matched with a later step."""
+    cadence = Cadence(None, agree=lambda c: c)
+    now, steps = 100.0, [*range(1, 9), *range(20, 26), *range(40, 80)]
+    for step in steps:
+        copied = cadence.copy_now(step, now)
+        assert len(cadence._after_copy) == len(cadence._after_none)
+        now += 0.1 + (0.005 if copied else 0.0) + (5.0 if step in (8, 25) else 0.0)
+    assert cadence.every == 5 and cadence.cost == pytest.approx((0.05, 0.1))
+
+
 def test_ranks_agree_on_one_cost_and_copy_at_the_same_steps():
     """Each rank measures its own cost; the copies must be at the same steps, or the
     survivors of a failure hold different steps and their checkpoint is refused."""

@@ -132,3 +132,50 @@ def test_a_worker_without_credentials_is_told_where_it_looked():
     assert text.startswith("NoCredentialsError: Unable to locate credentials")
     assert "node's own credentials" in text and "forward_credentials=True" in text
     assert cause(OSError("No space left on device")) == "OSError: No space left on device"
+
+
+def test_fsspecs_json_form_and_any_case_are_read_for_credentials():
+    assert is_credential("FSSPEC_S3", '{"key": "AKIA", "secret": "s"}')
+    assert is_credential("FSSPEC_S3", "not json")
+    assert not is_credential("FSSPEC_S3", '{"endpoint_url": "http://store:9000"}')
+    assert is_credential("FSSPEC_S3_secret")
+    env = worker_env({"FSSPEC_S3": '{"secret": "planted"}', "FSSPEC_GCS_token": "planted"})
+    assert "FSSPEC_S3" not in env and "FSSPEC_GCS_token" not in env
+
+
+def test_a_claim_keeps_a_variable_both_runs_set_and_restores_the_nodes(monkeypatch):
+    """TF may still be importing on the kept process's other thread: a variable both
+    runs set is overwritten, never removed in between; the node's own value of a
+    variable the earlier run overrode comes back when the new run sets none."""
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the node's own
+    monkeypatch.delenv("RAYTF_PLANTED_A", raising=False)
+    removed = []
+    real_pop = os.environ.pop
+
+    def pop(key, *default):
+        removed.append(key)
+        return real_pop(key, *default)
+
+    set_by_a = environment.apply({"TF_USE_LEGACY_KERAS": "1", "RAYTF_PLANTED_A": "a"})
+    monkeypatch.setattr(os.environ, "pop", pop)
+    set_by_b = environment.replace(set_by_a, {"TF_USE_LEGACY_KERAS": "1"})
+    assert removed == ["RAYTF_PLANTED_A"] and os.environ["TF_USE_LEGACY_KERAS"] == "1"
+    environment.replace(set_by_b, {})
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "0"
+
+
+def test_a_jobs_own_variables_are_part_of_the_match(monkeypatch):
+    """Ray sets a job's runtime_env variables in the process itself, where a claim cannot
+    take them back: a process started in a job with other variables is not claimed."""
+    import ray
+
+    class Context:
+        def __init__(self, env_vars):
+            self.runtime_env = {"working_dir": "gcs://x.zip", "env_vars": env_vars}
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "a"}))
+    job_a = kept.env_key({})
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "b"}))
+    assert kept.env_key({}) != job_a
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "a"}))
+    assert kept.env_key({}) == job_a

@@ -160,9 +160,11 @@ def _exposure(path: str, config: dict) -> list[Problem]:
     token authentication takes a job from anyone who reaches the machine: code run as
     the cluster, with its runs' data and credentials. Ray's default is 127.0.0.1."""
     problems = []
+    if "RAY_AUTH_MODE=token" in json.dumps(config):  # set anywhere (setup, docker env...)
+        return problems
     for i, command in enumerate(config.get("head_start_ray_commands") or []):
         wide = re.search(r"--dashboard-host[= ]+['\"]?(0\.0\.0\.0|::)(?![\w.:])", str(command))
-        if wide and "RAY_AUTH_MODE=token" not in str(command):
+        if wide:
             problems.append(
                 Problem(
                     path,
