@@ -61,6 +61,7 @@ logger = logging.getLogger("raytf")
 NAMESPACE = "raytf_kept"  # a scope's namespace is NAMESPACE-<scope>
 PREFIX = "raytf-kept-"
 CLAIM_TIMEOUT_S = 2.0
+_told: set[str] = set()  # environments told that their scope keeps none for them
 
 
 def namespace() -> str:
@@ -136,7 +137,8 @@ def any_kept(env: dict | None = None) -> bool:
     from a shell with other settings would otherwise just never serve)."""
     ours, key = _names(), env_key(env)
     mine = [name for name in ours if name.startswith(f"{PREFIX}{key}-")]
-    if ours and not mine:
+    if ours and not mine and key not in _told:
+        _told.add(key)  # once a process, not at every restart
         logger.warning(
             "raytf: %d kept process(es) in %s, none for this run's environment (code, job "
             "variables, or variables read at TensorFlow's import such as TF_USE_LEGACY_KERAS "
