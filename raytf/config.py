@@ -314,9 +314,10 @@ class RunConfig:
     (a model that does not fit a run's checkpoints is refused until then).
     ``forward_credentials`` gives the workers the driver's storage credentials
     (``AWS_SECRET_ACCESS_KEY``, ``GOOGLE_APPLICATION_CREDENTIALS``...); by default
-    they use their node's own (instance role, service account, ~/.aws), which
-    refresh by themselves and stay off other runs' processes. Forwarded values
-    are copies: a token that expires is not renewed in the workers.
+    (``RAYTF_FORWARD_CREDENTIALS``, else no) they use their node's own (instance
+    role, service account, ~/.aws), which refresh by themselves and stay off other
+    runs' processes. Forwarded values are copies: a token that expires is not
+    renewed in the workers.
     """
 
     name: str | None = None
@@ -330,7 +331,7 @@ class RunConfig:
     callbacks: tuple = ()
     logging_config: LoggingConfig = field(default_factory=LoggingConfig)
     start_fresh: bool = False
-    forward_credentials: bool = False
+    forward_credentials: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.logging_config, LoggingConfig):
@@ -357,6 +358,8 @@ class RunConfig:
             )
         if self.storage_path is None:
             object.__setattr__(self, "storage_path", Settings.from_env().storage_path)
+        if self.forward_credentials is None:
+            object.__setattr__(self, "forward_credentials", Settings.from_env().forward_credentials)
         for fname in ("start_fresh", "forward_credentials"):
             if not isinstance(getattr(self, fname), bool):
                 raise ConfigError(f"RunConfig.{fname} = {getattr(self, fname)!r}: must be a bool")

@@ -88,6 +88,9 @@ class Settings:
     # and how long its last state.json write may take.
     stop_checkpoint_wait_s: float = _env("RAYTF_STOP_CHECKPOINT_WAIT_S", float, 60.0)
     final_state_write_s: float = _env("RAYTF_FINAL_STATE_WRITE_S", float, 30.0)
+    # RunConfig.forward_credentials where a run does not say: the driver's storage
+    # credentials copied into its workers (a job's flag, without a code change).
+    forward_credentials: bool = _env("RAYTF_FORWARD_CREDENTIALS", bool, False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -106,6 +109,12 @@ def _parse(name: str, kind: type, raw: str):
     keep a process forever, a NaN interval compare false with every clock)."""
     if kind is str:
         return raw
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise ConfigError(f"{name}={raw!r}: must be 1 or 0 (true or false)")
     what = "an integer" if kind is int else "a number"
     try:
         value = kind(raw)

@@ -72,6 +72,13 @@ def test_a_run_forwards_credentials_only_when_it_asks(monkeypatch):
     assert {k: asked[k] for k in SECRETS} == {k: DRIVER[k] for k in SECRETS}
     with pytest.raises(ConfigError, match="RunConfig.forward_credentials = 'yes': must be a bool"):
         RunConfig(name="r", forward_credentials="yes")
+    # A job's flag, without a code change; a run's own word still wins.
+    monkeypatch.setenv("RAYTF_FORWARD_CREDENTIALS", "1")
+    assert set(run_env(RunConfig(name="r"))) >= SECRETS
+    assert not SECRETS & set(run_env(RunConfig(name="r", forward_credentials=False)))
+    monkeypatch.setenv("RAYTF_FORWARD_CREDENTIALS", "maybe")
+    with pytest.raises(ConfigError, match="RAYTF_FORWARD_CREDENTIALS='maybe': must be 1 or 0"):
+        RunConfig(name="r")
 
 
 def test_a_claim_undoes_every_variable_the_starter_set(monkeypatch):
