@@ -83,13 +83,12 @@ def is_credential(name: str, value: str | None = None) -> bool:
 def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:
     """The variables a worker gets from the driver; its credentials only if asked."""
     env = os.environ if environ is None else environ
-    out = dict(WORKER_ENV)
-    out.update(
-        (k, v)
-        for k, v in env.items()
-        if k.startswith(FORWARDED_PREFIXES) and (credentials or not is_credential(k, v))
-    )
-    return out
+    forwarded = {k: v for k, v in env.items() if k.startswith(FORWARDED_PREFIXES)}
+    return {**WORKER_ENV, **(forwarded if credentials else without_credentials(forwarded))}
+
+
+def without_credentials(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not is_credential(k, v)}
 
 
 def credential_env(environ=None) -> dict[str, str]:

@@ -52,7 +52,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raytf.group.actors import import_time_env, is_credential, kill_actor, worker_env
+from raytf.group.actors import import_time_env, kill_actor, without_credentials, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.worker.actor import RaytfWorker
 
@@ -110,9 +110,7 @@ def start(
     """Top each node (default: every alive node) up to ``per_node`` kept processes;
     ``env``: the variables a run's workers get, less any credential (it would wait in an
     unclaimed process until a run replaced it)."""
-    env = {
-        k: v for k, v in (worker_env() if env is None else env).items() if not is_credential(k, v)
-    }
+    env = without_credentials(worker_env() if env is None else env)
     key, started = env_key(env), 0
     actor_cls = ray.remote(RaytfWorker)
     for node in node_ids or sorted(alive_node_ids()):
@@ -131,11 +129,12 @@ def start(
     return started
 
 
-def any_kept(env: dict | None = None) -> bool:
-    """Cheap first check (one GCS call): is any process kept for this environment? Where
-    the scope keeps some for other environments only, the run says so (a pool started
-    from a shell with other settings would otherwise just never serve)."""
-    ours, key = _names(), env_key(env)
+def any_kept(key: str) -> bool:
+    """Cheap first check (one GCS call): is any process kept for this environment
+    (``key``: its ``env_key``)? Where the scope keeps some for other environments only,
+    the run says so (a pool started from a shell with other settings would otherwise
+    just never serve)."""
+    ours = _names()
     mine = [name for name in ours if name.startswith(f"{PREFIX}{key}-")]
     if ours and not mine and key not in _told:
         _told.add(key)  # once a process, not at every restart
@@ -149,10 +148,10 @@ def any_kept(env: dict | None = None) -> bool:
     return bool(mine)
 
 
-def claim(node_id: str, env: dict | None = None):
-    """A kept process on ``node_id`` for this run's environment (``env``: its workers'
-    variables), now this run's; else None."""
-    for name in _names(env_key(env), node_id):
+def claim(node_id: str, key: str):
+    """A kept process on ``node_id`` for this run's environment (``key``: its
+    ``env_key``), now this run's; else None."""
+    for name in _names(key, node_id):
         try:
             actor = ray.get_actor(name, namespace=namespace())
         except ValueError:

@@ -63,6 +63,7 @@ class WorkerPool:
         self.lost_nodes: set[str] = set()  # nodes of the last attempt found dead
         self._actor_cls = ray.remote(RaytfWorker)
         self._any_kept = False  # processes kept from earlier runs exist (raytf.group.kept)
+        self._kept_key = ""  # this run's environment as kept processes are matched by
 
     @property
     def world_size(self) -> int:
@@ -131,7 +132,9 @@ class WorkerPool:
         n = self.world_size
         out: list[tuple[object, bool]] = []
         promotions = []
-        self._any_kept = kept.any_kept(self._env())  # one look per attempt, not per slot
+        # One look per attempt, not one per slot; the run's environment, as kept's key.
+        self._kept_key = kept.env_key(self._env())
+        self._any_kept = kept.any_kept(self._kept_key)
         for rank, slot in enumerate(self.active):
             spare = self.spares.pop(slot, None)
             standby = self.standbys.pop(slot, None)
@@ -186,7 +189,7 @@ class WorkerPool:
     def _claim_kept(self, slot: int, gpu_ids: list[str] | None) -> tuple[object, list] | None:
         """A process kept from an earlier run on the slot's node, and the bundle's GPUs."""
         node = self._slot_nodes.get(slot)
-        actor = kept.claim(node, self._env()) if node is not None and self._any_kept else None
+        actor = kept.claim(node, self._kept_key) if node is not None and self._any_kept else None
         if actor is None:
             return None
         if self.scaling.use_gpu and gpu_ids is None:

@@ -208,7 +208,8 @@ def cause(exc: BaseException) -> str:
     if "credential" in text.lower():
         text += (
             " (the workers use their node's own credentials: instance role, service "
-            "account, ~/.aws; RunConfig(forward_credentials=True) gives them the driver's)"
+            "account, ~/.aws; RunConfig(forward_credentials=True) or "
+            "RAYTF_FORWARD_CREDENTIALS=1 gives them the driver's)"
         )
     return text
 
