@@ -69,6 +69,18 @@ def train_loop(config: dict) -> dict:
         history = model.fit(
             ds, epochs=config["epochs"], validation_data=val, callbacks=callbacks, verbose=0
         )
+        if config["finetune"]:
+            # Fine-tuning as Keras's guide writes it: compile again (a new optimizer, its
+            # iterations back at 0) and fit on.
+            with strategy.scope():
+                model.compile(
+                    optimizer=keras.optimizers.Adam(config["lr"] / 10),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    metrics=["accuracy"],
+                )
+            history = model.fit(
+                ds, epochs=config["epochs"], validation_data=val, callbacks=callbacks, verbose=0
+            )
     else:
         callback = raytf.keras.ReportCheckpointCallback(
             config["report_every"], config["batch_size"]
@@ -122,6 +134,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--plain", action="store_true", help="TensorFlow's idiom: no raytf callback in the loop"
     )
+    p.add_argument(
+        "--finetune", action="store_true", help="with --plain: compile again, then fit again"
+    )
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds after each step")
     p.add_argument("--storage", default=None)
     p.add_argument("--name", default=None)
@@ -144,6 +159,7 @@ def main(argv=None) -> dict:
             "return_weights": args.return_weights,
             "step_sleep": args.step_sleep,
             "plain": args.plain,
+            "finetune": args.finetune,
         },
         scaling_config=raytf.ScalingConfig(num_workers=args.workers),
         run_config=raytf.RunConfig(

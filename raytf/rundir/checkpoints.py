@@ -92,6 +92,21 @@ def verify(storage: Storage, step: int) -> dict | None:
     return manifest
 
 
+def is_committed(storage: Storage, step: int, ckpt_dir: str = CKPT_DIR) -> bool:
+    """Has the checkpoint at ``step`` a manifest? Then its directory is never written
+    again: every writer asks before it writes (a step label seen twice, a late save),
+    so a committed checkpoint stays byte for byte what its manifest describes."""
+    return storage.exists(ckpt_dir, step_dirname(step), MANIFEST)
+
+
+def refused_line(rank: int, step: int, what: str) -> str:
+    """What a rank says when it does not write a step that is committed already."""
+    return (
+        f"[raytf] rank {rank}: {what} at step {step} not written: step {step} is committed "
+        "already and a committed checkpoint is never written again"
+    )
+
+
 def committed(storage: Storage) -> list[int]:
     """Steps that have a manifest (intact or not): what retention counts."""
     return [

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
+from raytf.rundir.checkpoints import TF_PREFIX, is_committed, refused_line, step_dirname
 from raytf.rundir.storage import Storage, retrying
 from raytf.rundir.storage import cause as storage_cause
 from raytf.worker import model_out, snapshot, structure
@@ -286,6 +286,15 @@ class WorkerCheckpointer:
         doc["extra"] = json.loads(extra)
         return json.dumps(doc).encode()
 
+    def committed_already(self, step: int) -> bool:
+        """Is ``step`` committed? Asked before any byte of it is written (or uploaded,
+        or kept in host memory). A store that cannot answer is not asked again here:
+        the write below meets the same store, retries and says so."""
+        try:
+            return is_committed(self.storage, step, self.ckpt_dir)
+        except Exception:  # noqa: BLE001 - any storage error: the write decides
+            return False
+
     def _persist(self, step, reason, write, state: bytes, t0: float, stall, finite=None) -> None:
         """Write the TF files (chief) and this rank's state, upload, report the part.
 
@@ -293,6 +302,9 @@ class WorkerCheckpointer:
         previous committed checkpoint stays the latest.
         """
         dirname = step_dirname(step)
+        if self.committed_already(step):
+            print(refused_line(self.rank, step, "checkpoint"), flush=True)
+            return
         real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
         files: dict[str, int] = {}
 

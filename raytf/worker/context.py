@@ -110,6 +110,7 @@ class TrainContext:
         self._checkpointer = checkpointer
         self._iterators = dict(shards or {})
         self._shards: dict[str, Any] = {}
+        self._step = 0  # the run's global step as this attempt knows it (``last_step``)
 
     @property
     def is_chief(self) -> bool:
@@ -170,7 +171,20 @@ class TrainContext:
         """
         if self._checkpointer is None:
             return 0
-        return self._checkpointer.track(trackables)
+        step = self._checkpointer.track(trackables)
+        self._step = max(self._step, step)
+        return step
+
+    @property
+    def last_step(self) -> int:
+        """The run's global step so far: the newest one handed to ``step_end`` or
+        ``checkpoint_now`` in this attempt, else the step ``restore`` resumed after, else 0.
+
+        raytf's own step labels (a Keras ``fit`` with no raytf callback) count on from
+        it, so they never repeat across ``fit`` calls, recompiles or second models:
+        ``optimizer.iterations`` is not a batch count (a new optimizer starts at 0, a
+        loss-scale optimizer skips, gradient accumulation divides it)."""
+        return self._step
 
     def is_tracking(self) -> bool:
         """Has ``restore`` named what this worker's checkpoints hold? (Once per worker.)"""
@@ -189,7 +203,7 @@ class TrainContext:
         """Save at ``step`` now; every rank must call it at the same step."""
         if self._checkpointer is None:
             raise RuntimeError("checkpoints are not set up on this worker")
-        self._buffer.step = int(step)
+        self._buffer.step = self._step = int(step)
         self._checkpointer.save_now(int(step), reason)
 
     def heartbeat(self) -> None:
@@ -230,7 +244,7 @@ class TrainContext:
         cannot resume from (inside a Keras ``fit`` epoch): a save the driver asks
         for, or an emergency one, waits for the next resumable step.
         """
-        self._buffer.step = int(step)
+        self._buffer.step = self._step = int(step)
         self._buffer.liveness.progressed()
         if self._buffer.first_step_at is None:
             self._buffer.first_step_at = time.time()

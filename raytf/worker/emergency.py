@@ -145,6 +145,8 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
     step, snap, raw = keeper.latest
     if committed is not None and step <= committed:
         return f"step {step} is not newer than the committed step {committed}"
+    if checkpointer.committed_already(step):
+        return f"step {step} is committed already: a committed checkpoint is never written again"
     if keeper.layout_changed():
         return "the state gained or lost variables since its per-step copy was set up"
     state = checkpointer._state_bytes(raw)

@@ -43,7 +43,15 @@ def strategy_of(model: Any, ctx: Any) -> Any:
 class Keeper(keras.callbacks.Callback):
     """The place of one ``fit`` call: the state raytf's checkpoints hold for it."""
 
-    def __init__(self, ctx: Any, at: Position, kind: InputKind, tracked: bool, saved: dict | None):
+    def __init__(
+        self,
+        ctx: Any,
+        at: Position,
+        kind: InputKind,
+        tracked: bool,
+        saved: dict | None,
+        step: int,
+    ):
         super().__init__()
         self.ctx = ctx
         self.call, self.epoch, self.batch, self.drawn = at.call, at.epoch, at.batch, at.drawn
@@ -56,7 +64,10 @@ class Keeper(keras.callbacks.Callback):
         self._saved_metrics = (saved or {}).get("metrics") if at.batch else None
         self._metric_state: MetricState | None = None
         self._pending = False
-        self.step = 0
+        # The run's global step, counted here batch by batch from where the run stands
+        # (``ctx.last_step``): never ``optimizer.iterations``, which a recompile resets,
+        # a loss-scale optimizer skips and gradient accumulation divides.
+        self.step = step
 
     # -- the checkpoint's state ----------------------------------------------------
     def state(self) -> dict:
@@ -82,7 +93,6 @@ class Keeper(keras.callbacks.Callback):
 
     # -- Keras's hooks ------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self.step = int(self.model.optimizer.iterations.numpy())
         epochs = (self.params or {}).get("epochs")
         if self.steps and epochs:
             left = (int(epochs) - self.epoch) * self.steps - self.batch

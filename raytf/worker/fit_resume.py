@@ -41,6 +41,7 @@ class _Worker:
         self.ctx = ctx
         self.calls = 0  # fit calls started in this attempt
         self.model: Any = None  # the model raytf's checkpoints hold (tracked by the first fit)
+        self.optimizer: Any = None  # the optimizer they hold: the model's at that first fit
         self.untracked_said = False
         self.inexact_said = False
         self.saved: dict | None = None  # the restored place, until its call has used it
@@ -76,8 +77,21 @@ def _track(worker: _Worker, model: Any, x: Any, ctx: Any) -> bool:
         return False
     ctx.add_checkpoint_state(STATE_NAME, worker.state, worker.restore)
     ctx.restore(model=model, optimizer=model.optimizer)
-    worker.model = model
+    worker.model, worker.optimizer = model, model.optimizer
     return True
+
+
+def _say_recompiled(worker: _Worker, model: Any, index: int, ctx: Any) -> None:
+    """A model compiled again since raytf's checkpoints named its optimizer (fine-tuning):
+    they hold the weights, not the new optimizer's state, so a resume in this call is
+    not exact; said at the call, before any fault, never left to be found out."""
+    if worker.model is model and model.optimizer is not worker.optimizer and ctx.is_chief:
+        print(
+            f"[raytf] fit call {index + 1}: the model was compiled again after raytf's "
+            "checkpoints named its optimizer: they hold its weights, not the new "
+            "optimizer's state, so a resume inside this call restarts that state (not exact)",
+            flush=True,
+        )
 
 
 def _build(model: Any, x: Any, strategy: Any) -> bool:
@@ -119,6 +133,7 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     tracked = _track(worker, model, args.get("x"), ctx)
     if not tracked:
         _say_untracked(worker, model, ctx)
+    _say_recompiled(worker, model, index, ctx)
     epochs = int(args.get("epochs", 1))
     kind = classify(args.get("x"), args.get("steps_per_epoch"))
     saved, worker.saved = worker.saved, None
@@ -135,7 +150,7 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
         worker.inexact_said = True  # once: a loop may call fit once per epoch
         print(f"[raytf] fit checkpoints at epoch ends only: {kind.why_not_exact}", flush=True)
     calls = resume_calls(at, epochs, kind)
-    keeper = Keeper(ctx, at, kind, tracked, resumed)
+    keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step)
     verbose = args.get("verbose", "auto")
     callbacks = _Spliced(
         [*(args.get("callbacks") or []), keeper],

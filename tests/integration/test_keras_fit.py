@@ -276,3 +276,56 @@ def test_tensorflows_idiom_runs_with_its_strategy_line_changed_past_the_hang_tim
         assert "fit checkpoints at epoch ends only: Python code in the pipeline (PyFunc" in f.read()
     # Silent to raytf (no report, no step_end) for several hang timeouts on end.
     assert min(r["loop_s"] for r in result.worker_results) > 4 * HANG_TIMEOUT_S
+
+
+# Fine-tuning as Keras's guide writes it: fit 2 epochs of 16 steps, compile again (a new
+# optimizer, its iterations back at 0), fit 2 more; checkpoints every 5 steps, no raytf call.
+FINETUNE = ["--plain", "--finetune", "--workers", "2", "--epochs", "2", "--steps-per-epoch"]
+FINETUNE += ["16", "--seed", str(SEED), "--checkpoint-every", "5", "--max-failures", "1"]
+FINETUNE += ["--step-sleep", "0.05"]
+RECOMPILED = "fit call 2: the model was compiled again after raytf's checkpoints named"
+
+
+def intact_commits(storage: Storage) -> list[int]:
+    """The committed steps, each one's files checked against its manifest."""
+    from raytf.rundir.checkpoints import verify
+
+    steps = committed(storage)
+    damaged = [s for s in steps if verify(storage, s) is None]
+    assert steps and not damaged, f"committed {steps}, damaged {damaged}"
+    return steps
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_fine_tuning_labels_steps_on_and_never_writes_a_commit_again(
+    where, cluster_env, storage, tmp_path, request
+):
+    env, url = cluster_env, storage
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        env, url = {**cluster_env, **s3.env}, f"s3://{s3.make_bucket('raytf-finetune')}/runs"
+    run = JobRun(url, "tune", *FINETUNE, env=env, job=FIT_JOB, logs=storage).start()
+    try:
+        rc, summary = run.finish()
+    finally:
+        run.stop()
+    assert rc == 0 and summary, run.output()[-3000:]
+    # The step labels run on across the recompile: 64 steps, never back to 0.
+    steps = intact_commits(Storage(run.run_dir))
+    assert [s for s in steps if s % 5 == 0] == list(range(5, 65, 5)), steps
+    assert Storage(run.run_dir).read_json("state.json")["last_step"] == 64
+    assert "not committed" not in run.output() and "not written" not in run.output()
+    assert RECOMPILED in run.output()  # what a resume in the second fit cannot restore
+
+
+def test_a_kill_inside_the_second_fit_resumes_from_an_intact_commit(cluster_env, storage):
+    run = JobRun(storage, "tune-kill", *FINETUNE, env=cluster_env, job=FIT_JOB)
+    rc, summary = run.finish_after_killing(1, step=40)
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 2 and len(summary["failures"]) == 1
+    restored = {int(m) for m in re.findall(r"restored step (\d+)", run.output())}
+    assert len(restored) == 1 and 35 <= min(restored) < 64, restored
+    steps = intact_commits(Storage(run.run_dir))
+    assert steps[-1] >= 60 and Storage(run.run_dir).read_json("state.json")["last_step"] == 64
+    assert "not written" not in run.output()
+    assert RECOMPILED in run.output()  # said at the call: the new optimizer restarts

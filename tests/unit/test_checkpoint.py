@@ -197,3 +197,18 @@ def test_emergency_parts_commit_only_when_the_survivors_agree_on_something_new(s
     assert ckpt is not None and ckpt.step == 27 and "ranks [0, 1] at step 27" in why
     assert ckpt.manifest["missing_ranks"] == [2] and ckpt.manifest["reason"] == "emergency"
     assert latest_intact(storage).step == 27 and coord.kept == [20, 27]
+
+
+def test_parts_of_a_committed_step_are_refused_with_a_line_naming_it(storage):
+    said = []
+    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=2, say=said.append)
+    assert coord.on_parts(write_parts(storage, 10), attempt=1)[0].step == 10
+    assert coord.on_parts(write_parts(storage, 20), attempt=1)[0].step == 20
+    assert coord.on_parts(write_parts(storage, 10), attempt=1) == []  # a label seen twice
+    assert coord.on_parts(write_parts(storage, 15), attempt=1) == []  # late, never committed
+    assert said == [
+        "checkpoint parts of step 10 not committed: it is committed already and a "
+        "committed checkpoint is never written again",
+        "checkpoint parts of step 15 not committed: the newer step 20 is committed already",
+    ]
+    assert coord.restore_point().step == 20

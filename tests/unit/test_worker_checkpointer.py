@@ -339,3 +339,45 @@ def test_save_and_restore_through_remote_storage(remote, parts):
     again = checkpointer(remote, [], restore_url=latest_intact(remote).path)
     assert again.track({"model": fresh, "optimizer": fresh_opt}) == 3
     assert all_equal(values(fresh.weights), weights)
+
+
+# -- a committed checkpoint is never written again -------------------------------------------
+def tree_bytes(root: str) -> dict[str, bytes]:
+    out = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_no_writer_touches_a_committed_step(storage, parts, capfd, async_save):
+    """Interval saves, on-demand saves, session saves and emergency parts at a step whose
+    directory has a manifest: each is refused before a byte is written, and says so."""
+    from raytf.worker.emergency import emergency_part
+
+    model, optimizer = make_model(0)
+    ck = checkpointer(storage, parts, every_steps=5, async_save=async_save)
+    ck.track({"model": model, "optimizer": optimizer})
+    ck.step_end(5)
+    ck.flush()
+    commit(storage, parts, world_size=1, attempt=1)
+    root = storage.path(CKPT_DIR, step_dirname(5))
+    before = tree_bytes(root)
+    assert "manifest.json" in before and "ckpt.index" in before
+
+    train_step(model, optimizer, scale=3.0)  # other weights under the same label
+    ck.schedule.last = 0  # the label 5 comes again, as a restarted counter would give it
+    ck.step_end(5)  # an interval save
+    ck.save_now(5, "session")  # a session's (and an on-demand request's) save
+    ck.flush()
+    kept = {"refused": None, "latest": (5, None, None), "layout_changed": lambda self: False}
+    ck.last_step = type("Kept", (), kept)()
+    refused = emergency_part(ck, write_tf=True)
+    assert refused == "step 5 is committed already: a committed checkpoint is never written again"
+    assert [p.step for p in parts] == [5]  # nothing new reported
+    assert tree_bytes(root) == before
+    out = capfd.readouterr().out
+    assert out.count("checkpoint at step 5 not written: step 5 is committed already") == 2
