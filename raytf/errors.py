@@ -125,6 +125,11 @@ class RunDirInUseError(ConfigError):
     would write the same checkpoints and prune each other's."""
 
 
+class LeaseLostError(RunDirInUseError):
+    """Another driver took over this driver's lease while it was running (its heartbeat
+    stalled past ``RAYTF_LEASE_STALE_S``): it stops writing into the run directory."""
+
+
 class WorkerHangError(RaytfError):
     """No step progress (or no answer from a worker) within the watchdog's timeout."""
 

@@ -42,8 +42,10 @@ class CheckpointCommits:
         world_size: int,
         on_commit: Callable[[CommittedCheckpoint], None] | None = None,
         say: Callable[[str], None] = logger.warning,
+        holds: Callable[[], bool] = lambda: True,
     ):
         self.storage = storage
+        self.holds = holds  # the run's lease is still this driver's: asked before a commit
         self.on_commit = on_commit  # told of every commit, an emergency one included
         self.say = say  # a line for the user: a checkpoint refused or not written
         self.config = config
@@ -185,11 +187,22 @@ class CheckpointCommits:
         for step, (ranks, tries) in sorted({**due, **ready}.items()):
             self._unwritten.pop(step, None)
             if self.latest is not None and step <= self.latest.step:
-                continue  # a newer checkpoint was committed meanwhile
+                if step in ready:  # a manifest owed since before the newer commit is not
+                    self.say(self._late(step))
+                continue
             ckpt = self._commit(step, ranks, tries, attempt)
             if ckpt is not None:
                 done.append(ckpt)
         return done
+
+    def _late(self, step: int) -> str:
+        """Why the parts of ``step`` are not committed: never dropped without a word."""
+        why = (
+            "it is committed already and a committed checkpoint is never written again"
+            if step in self.kept
+            else f"the newer step {self.latest.step} is committed already"
+        )
+        return f"checkpoint parts of step {step} not committed: {why}"
 
     def _commit(self, step, ranks, tries: int, attempt: int) -> CommittedCheckpoint | None:
         if self.config.refuse_nonfinite and any(p.finite is False for p in ranks):
@@ -198,6 +211,8 @@ class CheckpointCommits:
                 "Inf (CheckpointConfig.refuse_nonfinite); the previous checkpoint stays the latest"
             )
             return None
+        if not self.holds():
+            return None  # another driver holds the run: its checkpoints are not ours to write
         try:
             ckpt = commit(self.storage, ranks, world_size=self.world_size, attempt=attempt)
         except ValueError:
@@ -255,6 +270,8 @@ class CheckpointCommits:
         step = steps.pop()
         if self.latest is not None and step <= self.latest.step:
             return None, f"step {step} is not newer than the committed step {self.latest.step}"
+        if not self.holds():
+            return None, "another driver holds the run directory's lease"
         ckpt = commit(
             self.storage, parts, world_size=self.world_size, attempt=attempt, missing=tuple(dead)
         )

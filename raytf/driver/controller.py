@@ -10,8 +10,9 @@ SCHEDULING places the slots (ERRORED: placement timed out). STARTING wires
 the actors (SCHEDULING again on a port clash; RESTARTING when set-up fails;
 ERRORED past ``max_port_retries`` or when the user's code cannot load).
 RUNNING polls (RESTARTING on a failure, hang, preemption or resize; ERRORED
-on a data-shard mismatch a retry would repeat, or on storage unwritable past
-``Settings.storage_outage_s``). RESTARTING asks the failure policy. STOPPED
+on a data-shard mismatch a retry would repeat, on storage unwritable past
+``Settings.storage_outage_s``, or on the run's lease taken over by another
+driver: ``StateWriter.halt``). RESTARTING asks the failure policy. STOPPED
 is ``request_stop`` (a Tune scheduler ended the trial), or a SIGTERM or SIGINT
 to the driver after its stop checkpoint (``raytf.driver.signal_stop``).
 ``state.json`` goes through a ``StateWriter``, off this loop, so a full disk
@@ -56,7 +57,6 @@ from raytf.errors import (
     DataShardError,
     PlacementTimeoutError,
     PortClashError,
-    StorageUnavailableError,
     UserCodeLoadError,
     WorkerDiedError,
     WorkerSetupError,
@@ -113,6 +113,7 @@ class Controller(PollIntake):
             self.world_size,
             self._on_commit,
             say=progress.message,
+            holds=self.writer.holds_lease,
         )
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: Group | None = None
@@ -271,6 +272,8 @@ class Controller(PollIntake):
 
     def _poll(self) -> Next:
         assert self.group is not None
+        if (halt := self.writer.halt(self.settings.storage_outage_s)) is not None:
+            return self._fail(halt)  # before any commit or prune: the run dir is not ours
         now = self.clock()
         cpu0 = time.thread_time()
         errors: list[BaseException] = []
@@ -286,12 +289,6 @@ class Controller(PollIntake):
                     self.progress.message(late)
         if self.data.error is not None:
             return self._fail(self.data.error)  # the same data splits the same way again
-        if self.writer.outage_s() > self.settings.storage_outage_s:
-            return self._fail(StorageUnavailableError(
-                f"the run directory {self.run_dir} has not been writable for "
-                f"{self.writer.outage_s():.0f} s ({self.writer.last_error}); the run stops "
-                f"past RAYTF_STORAGE_OUTAGE_S = {self.settings.storage_outage_s:g} s"
-            ))  # fmt: skip
         if errors:
             root = root_cause(self.group, errors, self.settings.collateral_grace_s)
             if self.use_emergency:  # commit the survivors' state at their last common step

@@ -5,25 +5,35 @@ checkpoints directory and prune each other's checkpoints. The first holds
 ``RUN_DIR/driver.lease`` (its id, host, pid, start and heartbeat); a second
 is refused with the holder's identity and the heartbeat's age. A lease is
 stale, and taken over with a warning, when its heartbeat is older than
-``Settings.lease_stale_s`` or its holder was on this host and its process is
-gone (a killed driver relaunched at once need not wait).
+``Settings.lease_stale_s`` or its holder's process is gone: a pid is looked
+up only where it names one process, on the holder's own boot and pid
+namespace (containers on one host may share a hostname, never their pids), so
+a killed driver relaunched at once need not wait.
 
-An object store has no compare-and-swap: two drivers starting within the
-same second could both write; each reads the lease back after writing and
-the one that does not find its own id there stops. That narrows the race to
-the store's read-after-write window, which S3 and GCS make strongly
-consistent.
+Acquiring is atomic where the storage allows it: on a file system the first
+lease is created with ``O_EXCL``, so of two drivers starting together one
+wins. An object store has no compare-and-swap: each driver reads the lease
+back after writing it and the one that does not find its own id there stops,
+which narrows the race to the store's read-after-write window (S3 and GCS are
+strongly consistent).
+
+The lease is checked at every renewal, not only at the start: a driver whose
+heartbeat stalled (a storage outage it survives by design) past the stale
+time may find that another driver took the run over. Its ``renew`` then
+raises ``LeaseLostError`` naming the other driver, and that driver must stop
+writing into the run directory at once (``raytf.rundir.state_writer``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
 import uuid
 
-from raytf.errors import RunDirInUseError
+from raytf.errors import LeaseLostError, RunDirInUseError
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
@@ -31,9 +41,21 @@ logger = logging.getLogger("raytf")
 LEASE = "driver.lease"
 
 
+def _namespace() -> str:
+    """Where a pid names one process: this boot and this pid namespace ("" if unknown)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
 def _alive_here(doc: dict) -> bool:
-    """Is the holder's process still running (only answerable on its own host)?"""
-    if doc.get("host") != socket.gethostname():
+    """Is the holder's process still running? Answerable only in its own boot and pid
+    namespace; anywhere else it is taken as alive, and its heartbeat decides."""
+    same = doc.get("host") == socket.gethostname() and doc.get("ns") == _namespace() != ""
+    if not same:
         return True
     try:
         os.kill(int(doc.get("pid", 0)), 0)
@@ -52,6 +74,7 @@ class Lease:
             "holder": uuid.uuid4().hex,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "ns": _namespace(),
             "started": time.time(),
             "heartbeat": time.time(),
         }
@@ -60,10 +83,11 @@ class Lease:
         """Hold the lease or raise ``RunDirInUseError``; a line saying whose stale lease
         was taken over, if one was."""
         took_over = None
-        try:
-            held = self.storage.read_json(LEASE)
-        except (FileNotFoundError, ValueError):
-            held = None
+        held = self._read()
+        if held is None and self.storage.local:
+            if self._create():
+                return None
+            held = self._read(settle=True)  # another driver created it first
         if held and held.get("holder") != self.doc["holder"]:
             age = time.time() - float(held.get("heartbeat", 0))
             if age < self.stale_s and _alive_here(held):
@@ -74,7 +98,7 @@ class Lease:
                 + ("" if _alive_here(held) else ", its process is gone")
                 + ")"
             )
-        self.renew()
+        self._write()
         time.sleep(0.05)
         now_held = self.storage.read_json(LEASE)
         if now_held.get("holder") != self.doc["holder"]:
@@ -92,9 +116,62 @@ class Lease:
             f"lease whose heartbeat is older than {self.stale_s:g} s is taken over"
         )
 
-    def renew(self) -> None:
+    def _read(self, settle: bool = False) -> dict | None:
+        """The lease as stored, None if there is none. ``settle``: one just created by
+        another driver may not be whole yet: read again until it parses."""
+        for _ in range(40 if settle else 1):
+            try:
+                return self.storage.read_json(LEASE)
+            except FileNotFoundError:
+                return None
+            except ValueError:
+                time.sleep(0.05)
+        return None
+
+    def _create(self) -> bool:
+        """A file system's first lease, created only if there is none (``O_EXCL``)."""
+        path = self.storage.path(LEASE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.doc["heartbeat"] = time.time()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.doc, f)
+        return True
+
+    def _write(self) -> None:
         self.doc["heartbeat"] = time.time()
         self.storage.write_json_atomic(self.doc, LEASE)
+
+    def check(self) -> None:
+        """Raise ``LeaseLostError``, naming the other driver, unless the lease is still
+        this driver's (one that another driver took over while this one's heartbeat
+        stalled past the stale time)."""
+        held = self.storage.read_json(LEASE) if self.storage.exists(LEASE) else None
+        if held is None or held.get("holder") != self.doc["holder"]:
+            raise LeaseLostError(self._lost(held))
+
+    def renew(self) -> None:
+        """The heartbeat, written only after ``check``."""
+        self.check()
+        self._write()
+
+    def _lost(self, held: dict | None) -> str:
+        if held is None:
+            who = "its lease file was removed"
+        else:
+            who = (
+                f"the driver pid {held.get('pid')} on {held.get('host')} took it over "
+                f"(started {time.ctime(float(held.get('started', 0)))})"
+            )
+        return (
+            f"this driver no longer holds the lease of run directory {self.storage.url()}: "
+            f"{who}, after this driver's heartbeat was older than {self.stale_s:g} s. "
+            "This driver stops here and leaves the run directory to the other one: its "
+            "checkpoints, state.json and prunes are no longer this driver's to write"
+        )
 
     def release(self) -> None:
         """Remove the lease if it is still this driver's."""

@@ -8,6 +8,11 @@ backoff, and renews the lease every ``heartbeat_s``. ``outage_s`` says how
 long writes have been failing: the controller stops the run past its limit
 (``Settings.storage_outage_s``), with an error that says so. The first failure
 and the recovery are each said once.
+
+A lease another driver took over (``LeaseLostError`` at a renewal) ends the
+writing for good: ``lost`` says why, nothing more is written (not even the
+last state at ``close``) and the lease is not released, for it is the other
+driver's; the controller stops the run when it sees ``lost``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from raytf.errors import LeaseLostError, RaytfError, StorageUnavailableError
 from raytf.rundir.lease import Lease
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.storage import Storage
@@ -44,6 +50,7 @@ class StateWriter:
         self._closing = False
         self._failing_since: float | None = None
         self.last_error: str | None = None
+        self.lost: str | None = None  # another driver holds the lease: why, once renewed
         self._thread = threading.Thread(target=self._loop, daemon=True, name="raytf-state")
         self._thread.start()
 
@@ -52,6 +59,36 @@ class StateWriter:
         with self._cond:
             self._doc = doc
             self._cond.notify()
+
+    def holds_lease(self) -> bool:
+        """Is the lease still this driver's? Asked before a commit writes a manifest, so
+        a driver taken over between two heartbeats commits nothing into the other's
+        run; a store that cannot answer counts as held (the heartbeat asks again)."""
+        if self.lost is not None:
+            return False
+        if self.lease is None:
+            return True
+        try:
+            self.lease.check()
+        except LeaseLostError as exc:
+            self.lost = str(exc)
+            return False
+        except Exception:  # noqa: BLE001 - storage away: the outage is the writer's to say
+            return True
+        return True
+
+    def halt(self, outage_limit_s: float) -> RaytfError | None:
+        """Why the run must stop now, if it must: another driver took the lease over, or
+        the run directory has not been writable for ``outage_limit_s``."""
+        if self.lost is not None:
+            return LeaseLostError(self.lost)
+        if self.outage_s() > outage_limit_s:
+            return StorageUnavailableError(
+                f"the run directory {self.storage.url()} has not been writable for "
+                f"{self.outage_s():.0f} s ({self.last_error}); the run stops "
+                f"past RAYTF_STORAGE_OUTAGE_S = {outage_limit_s:g} s"
+            )
+        return None
 
     def outage_s(self) -> float:
         """Seconds since writes began failing (0 while they succeed)."""
@@ -65,6 +102,8 @@ class StateWriter:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout_s)
+        if self.lost is not None:
+            return False  # the run directory is the other driver's: said when it was lost
         written = not self._thread.is_alive() and self._doc is None
         if not written:
             self.say(
@@ -91,14 +130,18 @@ class StateWriter:
                     return
                 continue
             try:
+                if beat:  # first: a lease another driver holds stops the state's write too
+                    self.lease.renew()
+                    next_beat = time.monotonic() + self.heartbeat_s
                 if doc is not None:
                     self.storage.write_json_atomic(doc, STATE_FILE)
                     with self._cond:
                         if self._doc is doc:
                             self._doc = None
-                if beat:
-                    self.lease.renew()
-                    next_beat = time.monotonic() + self.heartbeat_s
+            except LeaseLostError as exc:
+                self.lost = str(exc)
+                self.say(self.lost)
+                return
             except Exception as exc:  # noqa: BLE001 - any storage error: the loop goes on
                 self._failed(exc)
                 time.sleep(backoff)  # close() bounds how long the last write may take

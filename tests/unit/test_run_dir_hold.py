@@ -17,7 +17,7 @@ import pytest
 from raytf import RunConfig
 from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.driver.signal_stop import SignalStop
-from raytf.errors import RunDirInUseError
+from raytf.errors import LeaseLostError, RunDirInUseError
 from raytf.rundir.lease import LEASE, Lease
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.set_aside import PREVIOUS_DIR, set_aside
@@ -26,10 +26,13 @@ from raytf.rundir.storage import Storage
 from raytf.settings import Settings
 
 
-def held_by(storage, pid: int, age_s: float, host=None) -> None:
+def held_by(storage, pid: int, age_s: float, host=None, ns=None) -> None:
     import socket
 
+    from raytf.rundir.lease import _namespace
+
     doc = {"holder": "other", "host": host or socket.gethostname(), "pid": pid}
+    doc["ns"] = _namespace() if ns is None else ns  # by default: a driver beside this one
     doc.update(started=time.time() - 100, heartbeat=time.time() - age_s)
     storage.write_json_atomic(doc, LEASE)
 
@@ -181,5 +184,125 @@ def test_the_lease_file_is_json_a_person_can_read(tmp_path):
     storage = Storage(str(tmp_path))
     Lease(storage, stale_s=30).acquire()
     doc = json.loads((tmp_path / LEASE).read_text())
-    assert set(doc) == {"holder", "host", "pid", "started", "heartbeat"}
+    assert set(doc) == {"holder", "host", "pid", "ns", "started", "heartbeat"}
     assert doc["pid"] == os.getpid()
+
+
+def test_a_dead_pid_in_another_pid_namespace_of_this_host_is_judged_by_its_heartbeat(storage):
+    """Two containers share a hostname, not their pids: a pid that is gone here may be a
+    live driver there, so only the heartbeat's age says it is stale."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    storage.makedirs()
+    held_by(storage, dead.pid, age_s=1, ns="another-boot:4026531836")
+    with pytest.raises(RunDirInUseError):
+        Lease(storage, stale_s=30).acquire()
+    held_by(storage, dead.pid, age_s=45, ns="another-boot:4026531836")
+    assert "heartbeat 45 s ago" in Lease(storage, stale_s=30).acquire()
+
+
+def test_a_driver_whose_heartbeat_stalled_finds_its_lease_taken_and_writes_nothing(tmp_path):
+    """A's heartbeat stalls past the stale time (a storage stall the driver rides out);
+    B takes the run over. A's next renewal names B and writes nothing: the lease stays
+    B's, A's writer stops (its last state included) and its commits are refused."""
+    storage = Storage(str(tmp_path))
+    a = Lease(storage, stale_s=0.5)
+    a.acquire()
+    said = []
+    writer = StateWriter(storage, a, heartbeat_s=0.2, say=said.append)
+    writer.put({"state": "RUNNING", "last_step": 1})
+    deadline = time.monotonic() + 5
+    while not storage.exists(STATE_FILE) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.holds_lease()
+    b = Lease(storage, stale_s=0.5)
+    storage.write_json_atomic(dict(a.doc, heartbeat=time.time() - 0.8), LEASE)  # the stall
+    assert "heartbeat 1 s ago" in b.acquire()
+    with pytest.raises(LeaseLostError) as info:
+        a.renew()
+    assert f"pid {b.doc['pid']}" in str(info.value) and "took it over" in str(info.value)
+    assert storage.read_json(LEASE)["holder"] == b.doc["holder"]
+    deadline = time.monotonic() + 5
+    while writer.lost is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.lost is not None and not writer.holds_lease()
+    assert said[-1] == writer.lost
+    writer.put({"state": "ERRORED", "last_step": 2})
+    assert not writer.close(timeout_s=1)
+    assert storage.read_json(STATE_FILE) == {"state": "RUNNING", "last_step": 1}
+    assert storage.read_json(LEASE)["holder"] == b.doc["holder"]  # not released by A
+
+
+def test_a_driver_taken_over_commits_no_checkpoint(tmp_path):
+    from raytf.config import CheckpointConfig
+    from raytf.driver.checkpoint_commits import CheckpointCommits
+    from raytf.rundir.checkpoints import committed
+
+    from .test_checkpoint import write_parts
+
+    storage = Storage(str(tmp_path))
+    a = Lease(storage, stale_s=30)
+    a.acquire()
+    writer = StateWriter(storage, a, heartbeat_s=60)
+    coord = CheckpointCommits(storage, CheckpointConfig(), 2, holds=writer.holds_lease)
+    assert coord.on_parts(write_parts(storage, 10), attempt=1)[0].step == 10
+    held_by(storage, 1, age_s=0, host="another-host")  # taken over between two heartbeats
+    assert coord.on_parts(write_parts(storage, 20), attempt=1) == []
+    assert committed(storage) == [10] and "another-host" in writer.lost
+    writer.close(timeout_s=1)
+
+
+RACE = """
+import sys, time
+from raytf.errors import RunDirInUseError
+from raytf.rundir.lease import Lease
+from raytf.rundir.storage import Storage
+lease = Lease(Storage(sys.argv[1]), stale_s=30)
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+try:
+    lease.acquire()
+    print("won", lease.doc["holder"])
+except RunDirInUseError:
+    print("refused")
+sys.stdout.flush()
+time.sleep(max(0.0, float(sys.argv[2]) + 2.0 - time.time()))  # a winner stays alive meanwhile
+"""
+
+
+def test_a_driver_that_read_no_lease_loses_to_one_that_created_it_since(tmp_path):
+    """The check-then-write race, interleaved by hand: B reads no lease, A then acquires
+    whole, B goes on. The lease is created with ``O_EXCL``: B is refused, A holds it."""
+    a = Lease(Storage(str(tmp_path)), stale_s=30)
+
+    class ReadBeforeA(Storage):
+        first = True
+
+        def read_json(self, *parts):
+            if self.first:  # B's first look: nothing there yet; A acquires right after
+                self.first = False
+                a.acquire()
+                raise FileNotFoundError(parts)
+            return super().read_json(*parts)
+
+    b = Lease(ReadBeforeA(str(tmp_path)), stale_s=30)
+    with pytest.raises(RunDirInUseError):
+        b.acquire()
+    assert Storage(str(tmp_path)).read_json(LEASE)["holder"] == a.doc["holder"]
+    a.renew()  # still A's
+
+
+def test_drivers_started_together_on_a_file_system_leave_one_holder(tmp_path):
+    """Four driver processes acquire a new run directory's lease at the same instant,
+    twice: exactly one wins each time, and the lease names that one."""
+    for n in range(2):
+        storage = Storage(str(tmp_path / f"run{n}"))
+        at = str(time.time() + 2.0)  # past every process's start-up
+        procs = [
+            subprocess.Popen([sys.executable, "-c", RACE, storage.root, at],
+                             stdout=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]  # fmt: skip
+        outs = [p.communicate(timeout=60)[0].split() for p in procs]
+        winners = [out[1] for out in outs if out and out[0] == "won"]
+        assert len(winners) == 1, outs
+        assert storage.read_json(LEASE)["holder"] == winners[0]
