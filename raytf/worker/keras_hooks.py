@@ -13,8 +13,8 @@ with no raytf call in the loop.
   ``fit`` given no raytf callback names its model and optimizer to raytf's
   checkpoints, keeps its place in them (epoch, batch, input position, the
   epoch's metric accumulators) and, on a restart, resumes where the checkpoint
-  was taken; it reports each epoch's logs (``step`` = the optimizer's step
-  count), so the driver's progress line, ``raytf status``, the records and
+  was taken; it reports each epoch's logs (``step`` = the run's global step,
+  batches counted by raytf), so the progress line, ``raytf status``, the records and
   ``Result.history`` have them. A loop that passes raytf's callback
   (``raytf.keras``, ``raytf.integrations.ray_train``) keeps its own way.
 - **One progress bar.** With ``verbose="auto"`` (Keras's default) every rank
