@@ -37,9 +37,10 @@ class Checkpoint:
         return cls(os.fspath(path))
 
     def to_directory(self, path: str | None = None) -> str:
-        """Copy the files into ``path`` (a new temporary directory by default)."""
+        """Copy the files, subdirectories included, into ``path`` (a new temporary
+        directory by default)."""
         path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
-        Storage(self.path).download_dir(path)
+        Storage(self.path).download_tree(path)
         return path
 
     @contextlib.contextmanager

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -39,6 +40,7 @@ from typing import Any
 import keras
 
 from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from raytf.driver.launch import make_controller
 from raytf.errors import ConfigError
 from raytf.integrations.ray_checkpoint import Checkpoint, TensorflowCheckpoint
 from raytf.integrations.ray_data_iterator import RayDataIterator
@@ -102,10 +104,16 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     if checkpoint is None or ctx.rank != 0:
         return
     storage = _storage()
-    taken = [n for n in storage.listdir(CHECKPOINTS) if n.startswith("checkpoint_")]
-    name = f"checkpoint_{len(taken):06d}"
+    name = next_name(storage.listdir(CHECKPOINTS))
     storage.upload_tree(checkpoint.path, CHECKPOINTS, name)
     storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)  # whole, or the previous one
+
+
+def next_name(names: list[str]) -> str:
+    """The name after the highest-numbered reported checkpoint: never one that exists,
+    whatever was deleted or failed between them (a count of them would collide)."""
+    numbers = [int(n[len("checkpoint_") :]) for n in names if re.fullmatch(r"checkpoint_\d+", n)]
+    return f"checkpoint_{max(numbers, default=-1) + 1:06d}"
 
 
 def latest_checkpoint(run_dir: str) -> Checkpoint | None:
@@ -298,9 +306,21 @@ class TensorflowTrainer(Trainer):
         self.resume_from_checkpoint = resume_from_checkpoint
 
     def fit(self) -> Result:
-        if self.resume_from_checkpoint is not None:
-            _seed(self.run_config.run_dir, self.resume_from_checkpoint)
-        result = super().fit()
+        seed = self.resume_from_checkpoint
+        if seed is None or self.scaling_config.is_local:
+            if seed is not None:
+                _seed(self.run_config.run_dir, seed)
+            result = super().fit()
+        else:
+            # Seeded once the driver holds the run directory: with start_fresh the earlier
+            # run's files are set aside then, and the seed must not go with them.
+            controller = make_controller(self.run_spec())
+            try:
+                _seed(self.run_config.run_dir, seed)
+            except BaseException:
+                controller.writer.close(5.0)
+                raise
+            result = controller.run()
         return replace(result, checkpoint=latest_checkpoint(result.path))  # type: ignore[arg-type]
 
 

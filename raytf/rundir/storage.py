@@ -200,6 +200,22 @@ class Storage:
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
             list(pool.map(get, names))
 
+    def download_tree(self, local_dir: str, *parts: str) -> None:
+        """Copy the directory with its subdirectories into ``local_dir`` (a SavedModel's
+        ``variables/``): every file under it, at its relative path."""
+        root = self.path(*parts).rstrip("/")
+        os.makedirs(local_dir, exist_ok=True)
+        files = [f for f in self.fs.find(root) if f.rstrip("/") != root]
+
+        def get(path: str) -> None:
+            rel = posixpath.relpath(self.fs._strip_protocol(path), self.fs._strip_protocol(root))
+            target = os.path.join(local_dir, *rel.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            self.fs.get_file(path, target)
+
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(files) or 1)) as pool:
+            list(pool.map(get, files))
+
 
 def cause(exc: BaseException) -> str:
     """A storage error in a line, and where a worker found no credentials, where it

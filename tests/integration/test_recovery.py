@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST
+from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST, committed, verify
 from raytf.rundir.run_log import LOGS_DIR, rank_log_name, read_run_log
+from raytf.rundir.storage import Storage
 from raytf.tools.cli import main as cli
 
 from .jobrun import FAULT_ARGS, JobRun
@@ -272,6 +273,49 @@ def test_driver_faults_lose_nothing_committed(reference, cluster_env, storage, t
     assert f"resuming after step {steps[-3]}" in third.output()
     assert summary["attempts"] >= 4  # the attempt count continues across drivers
     assert_same_result(summary, reference)
+
+
+def test_a_driver_whose_heartbeat_stalled_stops_and_its_successor_finishes(
+    reference, cluster_env, storage, tmp_path
+):
+    """The first driver stops (SIGSTOP, as a storage stall or a swapped-out host stops
+    its heartbeat) past the lease's stale time; a second driver of the run takes it over
+    and resumes. The first, continued, finds the lease taken at its next renewal: it
+    stops with LeaseLostError naming the second, commits nothing more, and the second
+    ends as an uninterrupted run with every commit intact."""
+    pace = tmp_path / "pace"
+    pace.touch()
+    env = {**cluster_env, "RAYTF_LEASE_STALE_S": "3", "RAYTF_LEASE_HEARTBEAT_S": "0.5"}
+    paced = ["--sync-save", "--keep", "20", "--max-failures", "2"]
+    paced += ["--step-sleep", "0.15", "--slow-while", str(pace)]
+    first = run_job(storage, "stall", env, *paced)
+    second = None
+    try:
+        commit_past(first, 20)
+        os.kill(first.proc.pid, signal.SIGSTOP)
+        time.sleep(4)  # past the stale time
+        second = run_job(storage, "stall", env, *paced)
+        second.wait_for(step=1, attempt=2)
+        taken = {m["step"] for m in manifests(first.run_dir)}
+        os.kill(first.proc.pid, signal.SIGCONT)
+        rc = first.proc.wait(timeout=120)
+        out = first.output()
+        assert rc != 0 and "LeaseLostError" in out, out[-3000:]
+        assert f"the driver pid {second.proc.pid}" in out and "took it over" in out
+        pace.unlink()
+        rc, summary = second.finish()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert rc == 0, second.output()[-3000:]
+    assert "took over the run directory's lease" in second.output()
+    assert_same_result(summary, reference)
+    # Every commit after the takeover is the second driver's (its attempts), each whole.
+    later = [m for m in manifests(second.run_dir) if m["step"] not in taken]
+    assert later and all(m["attempt"] >= 2 for m in later)
+    store = Storage(second.run_dir)
+    assert all(verify(store, s) is not None for s in committed(store))
 
 
 def test_max_failures_exhausted_lists_every_cause(cluster_env, storage):

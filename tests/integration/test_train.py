@@ -163,3 +163,56 @@ def test_local_mode_runs_the_loop_here_on_one_workers_loss_curve(ray_cluster, st
     assert local.checkpoint.endswith("step_000000032")  # committed like a run's
     with open(os.path.join(storage, "local0", "state.json")) as f:
         assert json.load(f)["state"] == "FINISHED"
+
+
+def _read_checkpoint(config):
+    """A Ray Train loop's start: what ``get_checkpoint()`` gives it, as every rank sees it."""
+    from raytf.integrations import ray_train
+
+    checkpoint = ray_train.get_checkpoint()
+    if checkpoint is None:
+        found = None
+    else:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "epoch.txt")) as f:
+                found = f.read()
+    if config["report"]:
+        with open(os.path.join(config["report"], "epoch.txt"), "w") as f:
+            f.write("from the earlier run")
+        ray_train.report({"step": 1}, checkpoint=ray_train.Checkpoint(config["report"]))
+    return found
+
+
+def test_resume_from_checkpoint_trains_on_from_it_even_with_start_fresh(
+    ray_cluster, storage, tmp_path
+):
+    """Ray Train's ``resume_from_checkpoint`` over a run name that reported a checkpoint
+    of its own: with ``start_fresh`` the earlier run's files are set aside, and the loop
+    starts from the checkpoint given, not from scratch and not from the earlier run's."""
+    from raytf.integrations import ray_train
+
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "epoch.txt").write_text("epoch 3")
+    reported = tmp_path / "reported"
+    reported.mkdir()
+
+    def trainer(report, start_fresh=False, **kwargs):
+        run = raytf.RunConfig(
+            name="resumed", storage_path=storage, verbose=0, start_fresh=start_fresh
+        )
+        return ray_train.TensorflowTrainer(
+            _read_checkpoint,
+            train_loop_config={"report": report},
+            scaling_config=raytf.ScalingConfig(num_workers=2),
+            run_config=run,
+            **kwargs,
+        )
+
+    first = trainer(str(reported)).fit()
+    assert first.worker_results == [None, None] and first.checkpoint is not None
+    seed = ray_train.Checkpoint.from_directory(str(given))
+    again = trainer(None, start_fresh=True, resume_from_checkpoint=seed).fit()
+    assert again.worker_results == ["epoch 3", "epoch 3"]
+    kept = os.listdir(os.path.join(storage, "resumed", "previous"))
+    assert len(kept) == 1  # the earlier run, set aside whole: its checkpoint with it
