@@ -17,21 +17,21 @@ import socket
 import time
 from typing import Any
 
+from raytf.checkpoint import model_out
+from raytf.checkpoint.checkpointer import WorkerCheckpointer
+from raytf.checkpoint.commits import CheckpointCommits
+from raytf.checkpoint.host_copy import HostCopy
+from raytf.checkpoint.layout import CKPT_DIR
 from raytf.driver.callbacks import DriverCallbacks
-from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.errors import ConfigError, TrainingFailedError
 from raytf.messages import RUNNING, CheckpointPart, Report, WorkerPoll
 from raytf.observe import RunRecorder
 from raytf.result import Result
-from raytf.rundir.checkpoints import CKPT_DIR
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage, check_storage
 from raytf.settings import Settings
-from raytf.worker import model_out
-from raytf.worker.checkpointer import WorkerCheckpointer
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
-from raytf.worker.host_copy import HostCopy
 from raytf.worker.user_fn import call_user
 
 

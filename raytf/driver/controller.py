@@ -33,10 +33,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raytf.checkpoint.commits import CheckpointCommits
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
 from raytf.driver.callbacks import DriverCallbacks
-from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
 from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, classify
 from raytf.driver.hang_report import explain_hang

@@ -190,7 +190,7 @@ def _typed(value: Any, want: tuple[type, str]) -> bool:
 def read_state(run_dir: str) -> dict[str, Any]:
     """A run's state.json (local path or URL), its checkpoint list cut to the checkpoints
     still there: one pruned or deleted after the driver wrote the list is not shown."""
-    from raytf.rundir.checkpoints import committed
+    from raytf.checkpoint.layout import committed
 
     storage = Storage(run_dir)
     if not storage.exists(STATE_FILE):

@@ -157,7 +157,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from raytf.rundir.model_files import export
+    from raytf.checkpoint.model_files import export
 
     out = args.out or ("model.keras" if args.format == "keras" else "saved_model")
     try:

@@ -22,6 +22,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import ray
 from ray._private import ray_constants
 
+from raytf import compat
+from raytf.checkpoint import model_out
+from raytf.checkpoint.checkpointer import WorkerCheckpointer
+from raytf.checkpoint.emergency import emergency_part
+from raytf.checkpoint.host_copy import node_copy
 from raytf.errors import (
     CheckpointMismatchError,
     CheckpointRestoreError,
@@ -45,15 +50,13 @@ from raytf.messages import (
 )
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.settings import Settings
-from raytf.worker import compat, environment, liveness, model_out, own_strategy, patches
-from raytf.worker.checkpointer import WorkerCheckpointer
+from raytf.worker import liveness, own_strategy, patches
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
-from raytf.worker.devices import cuda_visible_devices
-from raytf.worker.emergency import emergency_part
-from raytf.worker.host_copy import node_copy
-from raytf.worker.output import OutputTap, tf_level
-from raytf.worker.ports import is_port_clash, reserve_port
-from raytf.worker.startup import WorkerTimes
+from raytf.worker.process import environment
+from raytf.worker.process.devices import cuda_visible_devices
+from raytf.worker.process.output import OutputTap, tf_level
+from raytf.worker.process.ports import is_port_clash, reserve_port
+from raytf.worker.process.startup import WorkerTimes
 from raytf.worker.user_fn import call_user, sendable
 from raytf.worker.workdir import own_workdir
 
@@ -94,7 +97,7 @@ class RaytfWorker:
         self.world_size = world_size
         self._gpu_ids: tuple[str, ...] = ()
         self._env_set = environment.apply(env)  # undone when a run claims a kept process
-        # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
+        # Before TensorFlow's import prints its start-up notes (raytf.worker.process.output).
         self._output = OutputTap()
         self._log_level = logging.getLogger().level  # the process's own, before the run's
         _apply_log_level(self._log_level)
@@ -339,7 +342,7 @@ class RaytfWorker:
 
     def emergency_checkpoint(self, write_tf: bool, committed: int | None = None):
         """A peer died: this rank's state at its last completed step (a CheckpointPart),
-        or why not (``raytf.worker.emergency``). Runs beside the blocked TF thread."""
+        or why not (``raytf.checkpoint.emergency``). Runs beside the blocked TF thread."""
         try:
             return emergency_part(self._checkpointer, write_tf, committed)
         except Exception as exc:  # noqa: BLE001 - the driver falls back to the last commit

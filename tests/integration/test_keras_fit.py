@@ -17,7 +17,7 @@ import pytest
 
 import raytf
 from jobs.train_keras_fit import validation_set
-from raytf.rundir.checkpoints import committed
+from raytf.checkpoint.layout import committed
 from raytf.rundir.storage import Storage
 
 from .jobrun import ROOT, JobRun

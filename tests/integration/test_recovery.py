@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST
+from raytf.checkpoint.layout import CKPT_DIR, MANIFEST
 from raytf.rundir.run_log import LOGS_DIR, rank_log_name, read_run_log
 from raytf.tools.cli import main as cli
 

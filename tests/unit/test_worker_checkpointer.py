@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from raytf.checkpoint.checkpointer import WorkerCheckpointer
+from raytf.checkpoint.layout import CKPT_DIR, commit, latest_intact, step_dirname
 from raytf.errors import CheckpointRestoreError
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname
 from raytf.rundir.storage import Storage
-from raytf.worker.checkpointer import WorkerCheckpointer
 
 
 def make_model(seed: int):
