@@ -7,7 +7,8 @@ import json
 import os
 import sys
 
-from raytf.rundir.run_state import STATE_FILE, read_state
+from raytf.rundir.run_state import STATE_FILE
+from raytf.tools.runs import read_state
 
 
 def _status(args: argparse.Namespace) -> int:
