@@ -23,8 +23,9 @@ from raytf.checkpoint.commits import CheckpointCommits
 from raytf.checkpoint.host_copy import HostCopy
 from raytf.checkpoint.layout import CKPT_DIR
 from raytf.driver.callbacks import DriverCallbacks
+from raytf.driver.outcome import RunRecord, build_result
 from raytf.driver.run_dir_hold import hold_run_dir
-from raytf.errors import ConfigError, TrainingFailedError
+from raytf.errors import ConfigError
 from raytf.messages import RUNNING, CheckpointPart, Report, WorkerPoll
 from raytf.observe import RunRecorder
 from raytf.result import Result
@@ -138,19 +139,20 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
     status.record(
         state, attempt=status.attempt, preemptions=0, workers_ended=True, write=writer.put
     )
-    result = Result(
-        metrics=history[-1] if history else {},
-        metrics_history=history,
-        path=run_dir,
+    record = RunRecord(
+        state=state,
+        run_dir=run_dir,
         attempts=status.attempt,
         elapsed_s=time.monotonic() - t0,
+        history=history,
         worker_results=[value],
         checkpoint=ckpts.latest.path if ckpts.latest else None,
         best_checkpoints=ckpts.best_checkpoints(),
         error=error,
     )
-    if error is not None:
-        failure = TrainingFailedError(f"local run failed: {type(error).__name__}: {error}", [error])
-        failure.result = result  # type: ignore[attr-defined]
-        raise failure from error
-    return result
+    return build_result(record, failed=_failed)  # raises TrainingFailedError unless FINISHED
+
+
+def _failed(record: RunRecord) -> str:
+    error = record.error
+    return f"local run failed: {type(error).__name__}: {error}"
