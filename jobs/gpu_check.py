@@ -8,7 +8,7 @@ Two parts, each on the large-model workload of ``raytf bench checkpoints`` (an M
 
 1. **Where the safety copy lives.** In a process of its own (TensorFlow takes the
    GPU's memory for itself), the model is built on the first device and the copy
-   an emergency checkpoint keeps (``raytf.worker.snapshot.Reader``) is read: every
+   an emergency checkpoint keeps (``raytf.checkpoint.snapshot.Reader``) is read: every
    copied tensor must be on its variable's device, never the host. Its cost is
    timed too: steps right after a copy against steps after none.
 2. **What fault tolerance costs and buys**, from whole raytf runs on the GPUs
@@ -39,7 +39,7 @@ def device_part(args) -> dict:
     import tensorflow as tf
 
     from raytf.bench.checkpoints import large_model
-    from raytf.worker import snapshot
+    from raytf.checkpoint import snapshot
 
     gpus = tf.config.list_physical_devices("GPU")
     device = "/GPU:0" if gpus else "/CPU:0"

@@ -157,10 +157,10 @@ class CheckpointConfig:
 
     ``async_save`` (the default) takes a snapshot of the state in host memory
     at the agreed step and lets training go on while the files are written
-    and uploaded (``raytf.worker.snapshot``); at most one save is being stored
+    and uploaded (``raytf.checkpoint.snapshot``); at most one save is being stored
     at a time, and a checkpoint is committed only once every rank's part is
     stored. ``async_save=False`` writes (and uploads) before the loop goes on,
-    through a traced save (``raytf.worker.traced_save``).
+    through a traced save (``raytf.checkpoint.writer``).
 
     ``checkpoint_score_attribute`` (a metric rank 0 reports) makes
     ``num_to_keep`` keep the best checkpoints by it (``checkpoint_score_order``
@@ -228,11 +228,11 @@ class FailureConfig:
     answers within milliseconds. ``standby_workers`` keeps a spare process per
     worker with TensorFlow imported, so a restart skips the 5-7 s import.
     ``emergency_checkpoint``: when a worker dies, the others' state at the last
-    step they copied is committed before the restart (``raytf.worker.emergency``
+    step they copied is committed before the restart (``raytf.checkpoint.emergency``
     says where it cannot). ``emergency_every_steps``: how often they copy it;
     None measures the copy in the run and takes it every step where it costs at
     most 1 % of a step, else as seldom as keeps it there (a SIGKILL then redoes
-    fewer steps than that; ``raytf.worker.copy_cadence``); 1: every step, nothing
+    fewer steps than that; ``raytf.checkpoint.copy_cadence``); 1: every step, nothing
     completed redone, whatever the copy costs.
     """
 

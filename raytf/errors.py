@@ -150,5 +150,5 @@ class DataShardError(RaytfError):
 
 class DependencyError(WorkerSetupError):
     """An installed TensorFlow, Keras or Ray lacks an internal raytf needs and has no plain
-    path around it (``raytf.worker.compat``); the message names the package, the version
+    path around it (``raytf.compat``); the message names the package, the version
     installed and the one supported. Never retried: every attempt has the same install."""

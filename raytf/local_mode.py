@@ -9,6 +9,11 @@ run (pruned, scored, told to ``RunConfig.callbacks``), so a local run resumes
 from its last checkpoint, its run directory has the same layout (``raytf
 status`` reads it) and a finished run leaves its ``model/model.keras``. Ray
 Data inputs are refused: they need a cluster.
+
+A thin composition: the rank's side is a worker's own (``raytf.worker.host``:
+checkpointer, context, final save), the driver's side the controller's pieces
+(``CheckpointCommits``, callbacks, ``RunState``), and the ``Result`` comes from
+the same builder as a cluster run's (``raytf.driver.outcome``).
 """
 
 from __future__ import annotations
@@ -17,22 +22,19 @@ import socket
 import time
 from typing import Any
 
+from raytf.checkpoint.commits import CheckpointCommits
+from raytf.checkpoint.layout import CKPT_DIR
 from raytf.driver.callbacks import DriverCallbacks
-from raytf.driver.checkpoint_commits import CheckpointCommits
+from raytf.driver.outcome import RunRecord, build_result
 from raytf.driver.run_dir_hold import hold_run_dir
-from raytf.errors import ConfigError, TrainingFailedError
+from raytf.errors import ConfigError
 from raytf.messages import RUNNING, CheckpointPart, Report, WorkerPoll
 from raytf.observe import RunRecorder
 from raytf.result import Result
-from raytf.rundir.checkpoints import CKPT_DIR
 from raytf.rundir.run_state import RunState
 from raytf.rundir.storage import Storage, check_storage
 from raytf.settings import Settings
-from raytf.worker import model_out
-from raytf.worker.checkpointer import WorkerCheckpointer
-from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
-from raytf.worker.host_copy import HostCopy
-from raytf.worker.user_fn import call_user
+from raytf.worker.host import RankHost
 
 
 def one_device_strategy(use_gpu: bool) -> Any:
@@ -64,7 +66,8 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
     storage = Storage(run_dir)
     status = RunState.continuing(storage, name=run_config.name, run_dir=run_dir, scaling=scaling)
     status.attempt += 1
-    buffer = _ReportBuffer()
+    host = RankHost()  # the loop's checkpointer, context and final save, as on a worker
+    buffer = host.buffer
     events = DriverCallbacks([RunRecorder(storage, run_config.name), *run_config.callbacks])
     history: list[dict] = []
 
@@ -89,45 +92,36 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
     ckpts = CheckpointCommits(storage, run_config.checkpoint_config, 1, on_commit)
     ckpt = run_config.checkpoint_config
     latest = ckpts.restore_point()
-    checkpointer = WorkerCheckpointer(
-        storage=storage,
-        ckpt_dir=CKPT_DIR,
-        rank=0,
-        world_size=1,
+    host.open(
         strategy=one_device_strategy(scaling.use_gpu),
-        every_steps=ckpt.checkpoint_every_steps,
-        restore_url=latest.path if latest else None,
-        on_part=on_part,
-        async_save=False,  # a debugger stops threads too: keep saves on the loop's thread
-        host_copy=HostCopy("", None),
-    )
-    ctx = TrainContext(
-        strategy=checkpointer.strategy,
         rank=0,
         world_size=1,
         local_rank=0,
         node_ip=socket.gethostbyname(socket.gethostname()),
-        config=dict(config),
+        config=config,
         run_dir=run_dir,
-        buffer=buffer,
-        checkpointer=checkpointer,
-    )
+        saved_model=ckpt.export_saved_model,
+        on_part=on_part,
+        ckpt_dir=CKPT_DIR,
+        every_steps=ckpt.checkpoint_every_steps,
+        restore_url=latest.path if latest else None,
+        async_save=False,  # a debugger stops threads too: keep saves on the loop's thread
+    )  # no host copy is given: no other process will restore from this one's memory
     status.world_size = 1
     status.record(
         "RUNNING", attempt=status.attempt, preemptions=0, workers_ended=False, write=writer.put
     )
-    _set_context(ctx)
     error: BaseException | None = None
     value = None
     try:
-        value = call_user(fn, config=ctx.config)
+        value = host.call(fn, watched=False)  # no liveness sampling: no driver polls it
     except BaseException as exc:  # noqa: BLE001 - raised below, as a run's failure is
         error = exc
     finally:
-        _set_context(None)
+        host.close()
     take_reports()
-    if error is None and checkpointer.model is not None:
-        model_out.save_final(storage, checkpointer.model, 0, ckpt.export_saved_model)
+    if error is None:
+        host.end()  # the final model; a failed save is said, the finished run kept
     state = "FINISHED" if error is None else "ERRORED"
     status.last_step = buffer.step
     if error is not None:
@@ -138,19 +132,20 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
     status.record(
         state, attempt=status.attempt, preemptions=0, workers_ended=True, write=writer.put
     )
-    result = Result(
-        metrics=history[-1] if history else {},
-        metrics_history=history,
-        path=run_dir,
+    record = RunRecord(
+        state=state,
+        run_dir=run_dir,
         attempts=status.attempt,
         elapsed_s=time.monotonic() - t0,
+        history=history,
         worker_results=[value],
         checkpoint=ckpts.latest.path if ckpts.latest else None,
         best_checkpoints=ckpts.best_checkpoints(),
         error=error,
     )
-    if error is not None:
-        failure = TrainingFailedError(f"local run failed: {type(error).__name__}: {error}", [error])
-        failure.result = result  # type: ignore[attr-defined]
-        raise failure from error
-    return result
+    return build_result(record, failed=_failed)  # raises TrainingFailedError unless FINISHED
+
+
+def _failed(record: RunRecord) -> str:
+    error = record.error
+    return f"local run failed: {type(error).__name__}: {error}"

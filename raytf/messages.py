@@ -90,7 +90,7 @@ class CheckpointPart:
     reason: str = "interval"  # interval | time | termination | resize | session
     persist_seconds: float = 0.0  # from the save's start until it was stored
     digest: str | None = None  # an emergency part: SHA-256 of the state it holds
-    copy_id: str | None = None  # this node's copy in host memory (raytf.worker.host_copy)
+    copy_id: str | None = None  # this node's copy in host memory (raytf.checkpoint.host_copy)
     structure: dict | None = None  # the TF files' writer: its models' shapes (worker.structure)
     finite: bool | None = None  # the chief: its weights were all finite (None: not checked)
 
@@ -139,5 +139,5 @@ class WorkerPoll:
     startup: dict | None = None  # phase -> wall time, once: the first poll after step one
     output: list[str] = field(default_factory=list)  # the process's output lines since the last
     total_steps: int | None = None  # the loop's own total, once it set one
-    compat_notes: tuple[str, ...] = ()  # features that fell back (raytf.worker.compat), once
+    compat_notes: tuple[str, ...] = ()  # features that fell back (raytf.compat), once
     copy_cost: tuple[float, float] | None = None  # the emergency copy's cost, once measured

@@ -60,9 +60,9 @@ class Result:
         """The trained Keras model, on this process, without starting a worker.
 
         The run's final ``model/model.keras``; with ``step``, checkpoint ``step``'s
-        weights in the model's saved architecture (``raytf.rundir.model_files``).
+        weights in the model's saved architecture (``raytf.checkpoint.model_files``).
         """
-        from raytf.rundir.model_files import load_model
+        from raytf.checkpoint.model_files import load_model
 
         return load_model(self.path, step)
 

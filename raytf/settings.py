@@ -63,7 +63,7 @@ class Settings:
     # commit, so the result Tune may stop the trial at carries it (raytf.integrations.tune).
     tune_commit_wait_s: float = _env("RAYTF_TUNE_COMMIT_WAIT_S", float, 60.0)
     # Where each node keeps copies of the latest checkpoints in host memory, for
-    # restores that skip object storage (raytf.worker.host_copy); "" turns them off.
+    # restores that skip object storage (raytf.checkpoint.host_copy); "" turns them off.
     host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")
     # Other runs' copies not written for this long (runs that never finished) are removed
     # by the next run that starts on the node.

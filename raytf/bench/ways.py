@@ -73,9 +73,10 @@ def run_raytf(config: dict, workers: int, use_gpu: bool, storage: str, name: str
         ),
     )
     result = trainer.fit()
-    from raytf.rundir.run_state import read_state
+    from raytf.rundir.run_state import STATE_FILE
+    from raytf.rundir.storage import Storage
 
-    startup = read_state(result.path).get("startup", {})
+    startup = Storage(result.path).read_json(STATE_FILE).get("startup", {})
     return {
         "attempts": result.attempts,
         "driver_round_ms": result.driver_round_ms,

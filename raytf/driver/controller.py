@@ -34,15 +34,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raytf.checkpoint.commits import CheckpointCommits
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
 from raytf.driver.callbacks import DriverCallbacks
-from raytf.driver.checkpoint_commits import CheckpointCommits
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
 from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, classify
 from raytf.driver.hang_report import explain_hang
 from raytf.driver.listeners import Listeners
-from raytf.driver.outcome import build_result
+from raytf.driver.outcome import RunRecord, build_result
 from raytf.driver.outputs import Outputs
 from raytf.driver.poll_intake import PollIntake
 from raytf.driver.progress import Progress
@@ -171,31 +171,22 @@ class Controller(PollIntake):
                 self.pool = None
             self.events.close(nxt.state.value)
             self.writer.close(self.settings.final_state_write_s)
-        result = self._result(nxt.state)
+        result = build_result(self.record(nxt.state), self.progress.finish)  # or raises
         if nxt.state is State.STOPPED:
             self.stopper.reraise()  # SIGTERM: SystemExit(143); SIGINT: KeyboardInterrupt
         return result
 
     def _on_signal(self, nxt: Next) -> Next | None:
-        """SIGTERM or SIGINT: a checkpoint first (while running), then STOPPED; None while
-        the checkpoint is awaited (the loop polls on)."""
+        """SIGTERM or SIGINT: a checkpoint first (while running), then STOPPED; None: awaited."""
         if nxt.state is not State.RUNNING or self.group is None:
             return Next(State.STOPPED)
-        now = self.clock()
-        committed = self.ckpts.latest.step if self.ckpts.latest else None
         if self.stopper.deadline is None:
             self.group.request_checkpoint("stop")
-            self.progress.message(self.stopper.begin(committed, now))
-            return None
-        if not self.stopper.done(committed, now):
-            return None
-        saved = self.stopper.saved(committed)
-        self.progress.message(
-            f"stopped on {self.stopper.name}: "
-            + (f"checkpoint at step {committed} committed" if saved else "no new checkpoint")
-            + "; launch the same run name again to resume"
-        )
-        return Next(State.STOPPED)
+        committed = self.ckpts.latest.step if self.ckpts.latest else None
+        line, stop = self.stopper.turn(committed, self.clock())
+        if line:
+            self.progress.message(line)
+        return Next(State.STOPPED) if stop else None
 
     def _step(self, nxt: Next) -> Next:
         handler = {
@@ -370,13 +361,6 @@ class Controller(PollIntake):
         self.events.emit("on_failure", self.attempt, "fatal", cause)
         return Next(State.ERRORED)
 
-    def _on_commit(self, ckpt) -> None:
-        """Every commit, an emergency one included: status, callbacks, a verbose line."""
-        self.status.checkpoints = self.ckpts.kept[-20:]
-        self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
-        if self.run_config.verbose >= 2:
-            self.progress.message(f"committed checkpoint at step {ckpt.step}")
-
     # -- bookkeeping ------------------------------------------------------------
     def _save(self, state: State) -> None:
         self.status.record(
@@ -392,5 +376,22 @@ class Controller(PollIntake):
             self.group.shutdown()
             self.group = None
 
-    def _result(self, state: State) -> Result:
-        return build_result(self, state.value)  # raises TrainingFailedError unless it finished
+    def record(self, state: State) -> RunRecord:
+        """What the run did, for its ``Result`` (``raytf.driver.outcome``)."""
+        return RunRecord(
+            state=state.value,
+            run_dir=self.run_dir,
+            attempts=self.attempt,
+            elapsed_s=self.clock() - self.started,
+            history=self.outputs.history,
+            worker_results=self.outputs.worker_results,
+            checkpoint=self.ckpts.latest.path if self.ckpts.latest else None,
+            best_checkpoints=self.ckpts.best_checkpoints(),
+            error=self.error,
+            failures=self.failures,
+            recoveries_s=list(self.watchdog.recoveries_s),
+            preemptions=self.preemptions,
+            resizes=list(self.status.resizes),
+            driver_round_ms=self.rounds.summary_ms(),
+            stopped_by=self.stopper.name,
+        )

@@ -2,7 +2,7 @@
 
 Two actions on a failing group, apart from the loop that calls them: looking
 once more for the cause behind a broken collective, and collecting the
-survivors' emergency checkpoint after a worker died (``raytf.worker.emergency``
+survivors' emergency checkpoint after a worker died (``raytf.checkpoint.emergency``
 says what it holds and where it cannot apply). The decision whether the
 emergency parts may be committed is ``CheckpointCommits.commit_emergency``'s.
 """

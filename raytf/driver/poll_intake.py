@@ -5,7 +5,8 @@ is one concept: intake, where the rest of the controller is the state
 machine). Reports go to the outputs, the callbacks and the watchdog; steps to
 the status; parts to the checkpoint commits, whose commits may call for a
 restart (a drain's or a growth's); notices to the resize policy; shard
-positions to the data feed; session replies to their listener, last.
+positions to the data feed; session replies to their listener, last. A commit
+is told to the status and the callbacks (``_on_commit``).
 """
 
 from __future__ import annotations
@@ -72,3 +73,10 @@ class PollIntake:
             # Spares start importing TF now that training runs, not during start-up.
             self._standbys_asked = True
             self.pool.add_standbys()
+
+    def _on_commit(self, ckpt) -> None:
+        """Every commit, an emergency one included: status, callbacks, a verbose line."""
+        self.status.checkpoints = self.ckpts.kept[-20:]
+        self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
+        if self.run_config.verbose >= 2:
+            self.progress.message(f"committed checkpoint at step {ckpt.step}")

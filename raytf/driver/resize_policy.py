@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raytf.checkpoint.layout import CommittedCheckpoint
 from raytf.config import ScalingConfig
 from raytf.group.elastic import Resize, WorldSize
-from raytf.rundir.checkpoints import CommittedCheckpoint
 from raytf.settings import Settings
 
 

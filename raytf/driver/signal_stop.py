@@ -64,6 +64,21 @@ class SignalStop:
     def done(self, committed: int | None, now: float) -> bool:
         return self.saved(committed) or (self.deadline is not None and now >= self.deadline)
 
+    def turn(self, committed: int | None, now: float) -> tuple[str | None, bool]:
+        """One turn of the loop after the signal (``committed``: the newest committed
+        step): the line to show, if any, and whether the run stops now. The first turn
+        begins the wait: the caller asks the group for its checkpoint."""
+        if self.deadline is None:
+            return self.begin(committed, now), False
+        if not self.done(committed, now):
+            return None, False
+        saved = f"checkpoint at step {committed} committed" if self.saved(committed) else None
+        return (
+            f"stopped on {self.name}: {saved or 'no new checkpoint'}; "
+            "launch the same run name again to resume",
+            True,
+        )
+
     def reraise(self) -> None:
         """After the run ended STOPPED: the signal's own ending."""
         if self.signum is not None:

@@ -16,7 +16,7 @@ else the OS user of the process that starts or claims them), and a run lists and
 claims only its own scope's, so one team's run never gets another's process.
 They are started without credentials (``raytf.group.actors.worker_env``), and a
 claim puts back every variable their starter set before applying the run's
-(``raytf.worker.environment``). A Ray cluster is one trust domain: any job on
+(``raytf.worker.process.environment``). A Ray cluster is one trust domain: any job on
 it can run code on any node, so the scope keeps runs apart, not users who mean
 harm; those need clusters of their own (README, "Shared clusters").
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from raytf.worker.startup import WORKER_PHASES, process_start_time
+from raytf.worker.process.startup import WORKER_PHASES, process_start_time
 
 DRIVER_PHASES = ("scheduling", "placed", "actors_ready", "group_created", "loops_started")
 

@@ -31,7 +31,7 @@ from raytf.group.pool import WorkerPool
 from raytf.group.tf_config import tf_config_json
 from raytf.group.timeline import Timeline
 from raytf.messages import CheckpointPlan, Command, WorkerInfo, WorkerPoll
-from raytf.worker.devices import collective_implementation
+from raytf.worker.process.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
 

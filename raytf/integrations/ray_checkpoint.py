@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from raytf.checkpoint.layout import safe_name
 from raytf.errors import ConfigError
-from raytf.rundir.checkpoints import safe_name
 from raytf.rundir.storage import Storage
 
 METADATA = ".metadata.json"  # Ray's name for a checkpoint's metadata file

@@ -40,10 +40,10 @@ from typing import Any
 from ray import tune
 from ray.util import get_current_placement_group
 
+from raytf.checkpoint.layout import CKPT_DIR, parse_step_dirname, step_dirname
 from raytf.config import ScalingConfig
 from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
-from raytf.rundir.checkpoints import CKPT_DIR, parse_step_dirname, step_dirname
 from raytf.rundir.storage import Storage
 from raytf.settings import Settings
 

@@ -28,9 +28,9 @@ from raytf.digests import weights_digest
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank
 from raytf.keras.steps import check_step_mode, make_test_function, make_train_function
-from raytf.worker import metric_state
 from raytf.worker.commands import serve_commands
 from raytf.worker.context import TrainContext, get_context
+from raytf.worker.fit import metric_state
 from raytf.worker.user_fn import call_user
 
 # Session commands whose error is an answer: the group stays usable when every rank raised

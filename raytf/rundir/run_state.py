@@ -185,20 +185,3 @@ def _typed(value: Any, want: tuple[type, str]) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-
-def read_state(run_dir: str) -> dict[str, Any]:
-    """A run's state.json (local path or URL), its checkpoint list cut to the checkpoints
-    still there: one pruned or deleted after the driver wrote the list is not shown."""
-    from raytf.rundir.checkpoints import committed
-
-    storage = Storage(run_dir)
-    if not storage.exists(STATE_FILE):
-        raise FileNotFoundError(storage.url(STATE_FILE))
-    doc = storage.read_json(STATE_FILE)
-    if not isinstance(doc, dict):
-        raise ValueError(f"not a JSON object but {type(doc).__name__}")
-    if isinstance(doc.get("checkpoints"), list) and doc["checkpoints"]:
-        there = set(committed(storage))
-        doc["checkpoints"] = [s for s in doc["checkpoints"] if s in there]
-    return doc

@@ -7,7 +7,8 @@ import json
 import os
 import sys
 
-from raytf.rundir.run_state import STATE_FILE, read_state
+from raytf.rundir.run_state import STATE_FILE
+from raytf.tools.runs import read_state
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -157,7 +158,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from raytf.rundir.model_files import export
+    from raytf.checkpoint.model_files import export
 
     out = args.out or ("model.keras" if args.format == "keras" else "saved_model")
     try:

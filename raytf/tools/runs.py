@@ -1,17 +1,36 @@
-"""``raytf runs STORAGE_PATH``: which runs a storage path holds, the newest first.
+"""Run directories as the tools read them: one run's state (``raytf status``), and
+``raytf runs STORAGE_PATH``: which runs a storage path holds, the newest first.
 
 An operator who comes back to a cluster knows the storage path, rarely the
 run names. Each run directory already holds a whole state.json, so the list
-costs one small read per run and needs neither Ray nor the driver.
+costs one small read per run and needs neither Ray nor the driver. A run's
+state is read here, not in ``raytf.rundir``, because showing it asks the
+checkpoint layout which listed checkpoints are still there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from raytf.checkpoint.layout import committed
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.storage import Storage
 from raytf.tools.status_view import human_duration
+
+
+def read_state(run_dir: str) -> dict[str, Any]:
+    """A run's state.json (local path or URL), its checkpoint list cut to the checkpoints
+    still there: one pruned or deleted after the driver wrote the list is not shown."""
+    storage = Storage(run_dir)
+    if not storage.exists(STATE_FILE):
+        raise FileNotFoundError(storage.url(STATE_FILE))
+    doc = storage.read_json(STATE_FILE)
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    if isinstance(doc.get("checkpoints"), list) and doc["checkpoints"]:
+        there = set(committed(storage))
+        doc["checkpoints"] = [s for s in doc["checkpoints"] if s in there]
+    return doc
 
 
 def read_runs(storage: Storage) -> list[dict[str, Any]]:

@@ -22,6 +22,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import ray
 from ray._private import ray_constants
 
+from raytf import compat
+from raytf.checkpoint.checkpointer import WorkerCheckpointer
+from raytf.checkpoint.emergency import emergency_part
+from raytf.checkpoint.host_copy import node_copy
 from raytf.errors import (
     CheckpointMismatchError,
     CheckpointRestoreError,
@@ -43,19 +47,16 @@ from raytf.messages import (
     WorkerInfo,
     WorkerPoll,
 )
-from raytf.rundir.storage import Storage, refresh_fsspec_env
+from raytf.rundir.storage import refresh_fsspec_env
 from raytf.settings import Settings
-from raytf.worker import compat, environment, liveness, model_out, own_strategy, patches
-from raytf.worker.checkpointer import WorkerCheckpointer
-from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
-from raytf.worker.devices import cuda_visible_devices
-from raytf.worker.emergency import emergency_part
-from raytf.worker.host_copy import node_copy
-from raytf.worker.output import OutputTap, tf_level
-from raytf.worker.ports import is_port_clash, reserve_port
-from raytf.worker.startup import WorkerTimes
-from raytf.worker.user_fn import call_user, sendable
-from raytf.worker.workdir import own_workdir
+from raytf.worker import liveness, own_strategy, patches
+from raytf.worker.host import RankHost
+from raytf.worker.process import environment
+from raytf.worker.process.devices import cuda_visible_devices
+from raytf.worker.process.output import OutputTap, tf_level
+from raytf.worker.process.ports import is_port_clash, reserve_port
+from raytf.worker.process.startup import WorkerTimes
+from raytf.worker.user_fn import sendable
 
 # A claimed kept process no driver has polled for this long lost its driver: it exits.
 # Start-up calls come within seconds; a running group is polled every 0.2 s.
@@ -94,7 +95,7 @@ class RaytfWorker:
         self.world_size = world_size
         self._gpu_ids: tuple[str, ...] = ()
         self._env_set = environment.apply(env)  # undone when a run claims a kept process
-        # Before TensorFlow's import prints its start-up notes (raytf.worker.output).
+        # Before TensorFlow's import prints its start-up notes (raytf.worker.process.output).
         self._output = OutputTap()
         self._log_level = logging.getLogger().level  # the process's own, before the run's
         _apply_log_level(self._log_level)
@@ -107,13 +108,13 @@ class RaytfWorker:
         self._times = WorkerTimes()
         self._tf = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-tf")
         self._tf.submit(self._warm_up).add_done_callback(lambda _: self._times.stamp("tf_imported"))
-        self._buffer = _ReportBuffer()
+        self._host = RankHost()  # the loop's checkpointer, context and final save
+        self._buffer = self._host.buffer
         self._port_sock: socket.socket | None = None
         self._strategy = None
         self._compat = compat.ProbeReport(frozenset(), ())  # set with the strategy
         self._notes_unsent: tuple[str, ...] = ()
         self._checkpointer: WorkerCheckpointer | None = None
-        self._model_out: dict = {}
         self._run: Future | None = None
         self._ended_at: float | None = None
         self._claim = threading.Lock()
@@ -276,17 +277,20 @@ class RaytfWorker:
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
-        self._model_out = {"saved_model": ckpt.saved_model}
         snapshots = self._compat.ok(compat.SNAPSHOT)
-        self._checkpointer = WorkerCheckpointer(
-            storage=Storage(run_dir),
-            ckpt_dir=ckpt.dir,
+        self._host.open(
+            strategy=self._strategy,
             rank=self.rank,
             world_size=self.world_size,
-            strategy=self._strategy,
+            local_rank=local_rank,
+            node_ip=ray.util.get_node_ip_address(),
+            config=config,
+            run_dir=run_dir,
+            saved_model=bool(ckpt.saved_model),
+            shards=shards,
+            ckpt_dir=ckpt.dir,
             every_steps=ckpt.every_steps,
             restore_url=ckpt.restore_url,
-            on_part=self._buffer.put,
             async_save=ckpt.async_save and snapshots,
             keep_last_step=ckpt.keep_last_step and snapshots,
             last_step_every=ckpt.last_step_every,
@@ -294,35 +298,16 @@ class RaytfWorker:
             host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
             node_leader=local_rank == 0,
             refuse_nonfinite=ckpt.refuse_nonfinite,
-            phase=self._buffer.liveness.phase,
         )
+        self._checkpointer = self._host.checkpointer
         self._start_watchers(self._checkpointer)
-        context = TrainContext(
-            strategy=self._strategy,
-            rank=self.rank,
-            world_size=self.world_size,
-            local_rank=local_rank,
-            node_ip=ray.util.get_node_ip_address(),
-            config=dict(config),
-            run_dir=run_dir,
-            buffer=self._buffer,
-            checkpointer=self._checkpointer,
-            shards=shards,
-        )
-        _set_context(context)
         liveness.set_current(self._buffer.liveness)
-        self._run = self._tf.submit(self._guarded, fn, context.config, run_dir)
+        self._run = self._tf.submit(self._guarded, fn)
 
-    def _guarded(self, fn, config, run_dir):
+    def _guarded(self, fn):
         try:
-            with own_workdir(run_dir, self.rank):  # relative writes from every rank: apart
-                watched = self._buffer.liveness.run(lambda: call_user(fn, config=config))
-            result = sendable(watched, self.rank)
-            if self._checkpointer is not None:
-                self._checkpointer.flush()  # the last save is stored before the run ends
-                self._checkpointer.host_copy.drop()  # no restart will read it
-                saved_model = bool(self._model_out.get("saved_model"))
-                model_out.save_at_end(self._checkpointer, self.rank, saved_model)
+            result = sendable(self._host.call(fn), self.rank)
+            self._host.end()  # the last save stored, the final model written
             return FINISHED, result
         except (CheckpointRestoreError, CheckpointMismatchError, CheckpointStorageError) as exc:
             return FAILED, exc  # the driver tells damage, another model and storage apart
@@ -339,7 +324,7 @@ class RaytfWorker:
 
     def emergency_checkpoint(self, write_tf: bool, committed: int | None = None):
         """A peer died: this rank's state at its last completed step (a CheckpointPart),
-        or why not (``raytf.worker.emergency``). Runs beside the blocked TF thread."""
+        or why not (``raytf.checkpoint.emergency``). Runs beside the blocked TF thread."""
         try:
             return emergency_part(self._checkpointer, write_tf, committed)
         except Exception as exc:  # noqa: BLE001 - the driver falls back to the last commit

@@ -21,7 +21,7 @@ poll, and the driver times it against its own limit instead of
 ``hang_timeout_s`` (``raytf.driver.watchdog``): "start" (the function's start
 to its first progress: data set-up, model build, first trace or compile), a
 restore, a save, ``fit``'s first step (a new trace), ``evaluate`` and
-``predict`` (``raytf.worker.keras_hooks``), and the loop's own
+``predict`` (``raytf.worker.fit.hooks``), and the loop's own
 (``raytf.slow_phase``). A phase that ends is progress.
 """
 

@@ -1,7 +1,7 @@
 """What raytf changes in a worker's libraries, once its strategy exists.
 
 Each change that leans on a private API is applied only when its probe
-passed (``raytf.worker.compat``; a failed probe is said on the driver's
+passed (``raytf.compat``; a failed probe is said on the driver's
 screen, once); the Keras hooks wrap public methods and apply wherever Keras 3 imports.
 """
 
@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from raytf.worker import compat, keras_fit, keras_hooks, teardown, unbroadcast
+from raytf import compat
+from raytf.checkpoint import unbroadcast
+from raytf.worker import teardown
+from raytf.worker.fit import hooks as keras_hooks
+from raytf.worker.fit import mwms as keras_fit
 
 logger = logging.getLogger("raytf")
 

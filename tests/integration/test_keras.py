@@ -9,8 +9,8 @@ import pytest
 import jobs.train_keras as train_keras
 import jobs.train_tf_keras as train_tf_keras
 import raytf
+from raytf.checkpoint.layout import MANIFEST
 from raytf.data.synthetic import make_dataset
-from raytf.rundir.checkpoints import MANIFEST
 
 from .cluster_state import assert_nothing_left
 from .conftest import KERAS_REFERENCE

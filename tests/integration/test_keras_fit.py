@@ -17,7 +17,7 @@ import pytest
 
 import raytf
 from jobs.train_keras_fit import validation_set
-from raytf.rundir.checkpoints import committed
+from raytf.checkpoint.layout import committed
 from raytf.rundir.storage import Storage
 
 from .jobrun import ROOT, JobRun
@@ -288,7 +288,7 @@ RECOMPILED = "fit call 2: the model was compiled again after raytf's checkpoints
 
 def intact_commits(storage: Storage) -> list[int]:
     """The committed steps, each one's files checked against its manifest."""
-    from raytf.rundir.checkpoints import verify
+    from raytf.checkpoint.layout import verify
 
     steps = committed(storage)
     damaged = [s for s in steps if verify(storage, s) is None]

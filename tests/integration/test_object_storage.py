@@ -13,8 +13,8 @@ import time
 import pytest
 
 import raytf
+from raytf.checkpoint.layout import latest_intact, verify
 from raytf.rundir import segments
-from raytf.rundir.checkpoints import latest_intact, verify
 from raytf.rundir.run_log import RUN_LOG, read_run_log
 from raytf.rundir.storage import Storage, refresh_fsspec_env
 from raytf.tools.cli import main as cli
@@ -26,7 +26,7 @@ from .test_recovery import assert_same_result
 
 def committed_steps(storage: Storage) -> list[int]:
     """Steps of the committed checkpoints in the bucket, each checked whole."""
-    from raytf.rundir.checkpoints import committed
+    from raytf.checkpoint.layout import committed
 
     steps = committed(storage)
     assert all(verify(storage, s) is not None for s in steps), "a committed checkpoint is damaged"

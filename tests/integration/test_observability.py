@@ -13,8 +13,8 @@ import ray
 import jobs.train_synthetic as train_synthetic
 import raytf
 from raytf.rundir.run_log import read_run_log
-from raytf.rundir.run_state import read_state
 from raytf.tools.cli import main as cli
+from raytf.tools.runs import read_state
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST, committed, verify
+from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, committed, verify
 from raytf.rundir.run_log import LOGS_DIR, rank_log_name, read_run_log
 from raytf.rundir.storage import Storage
 from raytf.tools.cli import main as cli

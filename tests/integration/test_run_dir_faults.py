@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raytf.rundir.checkpoints import committed, verify
+from raytf.checkpoint.layout import committed, verify
 from raytf.rundir.storage import Storage
 
 from .jobrun import FAULT_ARGS, JobRun

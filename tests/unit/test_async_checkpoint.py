@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname
+from raytf.checkpoint import snapshot
+from raytf.checkpoint.layout import CKPT_DIR, commit, latest_intact, step_dirname
 from raytf.rundir.storage import Storage
-from raytf.worker import snapshot
 
 from .test_worker_checkpointer import checkpointer, make_model, train_step, values
 

@@ -3,8 +3,8 @@
 import pytest
 
 from raytf import CheckpointConfig, ConfigError
-from raytf.driver.checkpoint_commits import CheckpointCommits
-from raytf.rundir.checkpoints import CKPT_DIR, SCORES, committed, ranked, to_drop
+from raytf.checkpoint.commits import CheckpointCommits
+from raytf.checkpoint.layout import CKPT_DIR, SCORES, committed, ranked, to_drop
 
 from .test_checkpoint import write_parts
 

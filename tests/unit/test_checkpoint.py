@@ -6,9 +6,9 @@ import os
 import pytest
 
 from raytf import CheckpointConfig, ConfigError
-from raytf.driver.checkpoint_commits import CheckpointCommits
+from raytf.checkpoint.commits import CheckpointCommits
+from raytf.checkpoint.layout import CKPT_DIR, commit, committed, latest_intact, prune, step_dirname
 from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import CKPT_DIR, commit, committed, latest_intact, prune, step_dirname
 from raytf.rundir.storage import Storage
 
 
@@ -156,7 +156,7 @@ class _Var:
 
 
 def test_variables_signature_counts_what_each_tracked_object_holds():
-    from raytf.worker.traced_save import variables_signature
+    from raytf.checkpoint.writer import variables_signature
 
     model, optimizer = _Holder(6), _Holder(2)
     tracked = {"model": model, "optimizer": optimizer, "seen": _Var()}
@@ -167,7 +167,7 @@ def test_variables_signature_counts_what_each_tracked_object_holds():
 
 
 def test_variables_signature_gives_up_on_objects_that_do_not_list_their_variables():
-    from raytf.worker.traced_save import variables_signature
+    from raytf.checkpoint.writer import variables_signature
 
     assert variables_signature({"model": _Holder(1), "iterator": object()}) is None
 

@@ -12,8 +12,8 @@ import math
 import os
 
 from raytf import CheckpointConfig
-from raytf.driver.checkpoint_commits import CheckpointCommits
-from raytf.rundir.checkpoints import (
+from raytf.checkpoint.commits import CheckpointCommits
+from raytf.checkpoint.layout import (
     CKPT_DIR,
     MANIFEST,
     commit,
@@ -50,7 +50,7 @@ def test_a_manifest_the_disk_refused_is_committed_at_a_later_poll(tmp_path, monk
     coord = commits(storage, said)
     storage.fail = 2
     clock = [100.0]
-    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("raytf.checkpoint.commits.time.monotonic", lambda: clock[0])
     assert coord.on_parts(write_parts(storage, 10), attempt=1) == []
     assert committed(storage) == [] and said == []
     assert coord.on_parts([], attempt=1) == []  # not due yet: 1 s of backoff
@@ -66,7 +66,7 @@ def test_a_manifest_never_written_is_given_up_and_said_and_training_goes_on(tmp_
     coord = commits(storage, said)
     storage.fail = 100
     clock = [0.0]
-    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("raytf.checkpoint.commits.time.monotonic", lambda: clock[0])
     coord.on_parts(write_parts(storage, 10), attempt=1)
     for _ in range(40):
         clock[0] += 1.0
@@ -82,7 +82,7 @@ def test_a_newer_commit_drops_an_older_unwritten_one(tmp_path, monkeypatch):
     coord = commits(storage, said)
     storage.fail = 1
     clock = [0.0]
-    monkeypatch.setattr("raytf.driver.checkpoint_commits.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("raytf.checkpoint.commits.time.monotonic", lambda: clock[0])
     coord.on_parts(write_parts(storage, 10), attempt=1)
     (ckpt,) = coord.on_parts(write_parts(storage, 20), attempt=1)
     clock[0] += 30

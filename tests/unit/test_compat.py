@@ -7,9 +7,12 @@ import re
 
 import pytest
 
+from raytf import compat
+from raytf.checkpoint import unbroadcast
 from raytf.driver.progress import Progress
 from raytf.errors import DependencyError
-from raytf.worker import compat, keras_fit, patches, unbroadcast
+from raytf.worker import patches
+from raytf.worker.fit import mwms as keras_fit
 
 pytestmark = pytest.mark.unit
 

@@ -9,6 +9,7 @@ from raytf.config import FailureConfig, RunConfig, ScalingConfig
 from raytf.driver.controller import Controller
 from raytf.driver.failure_policy import pick_root_cause
 from raytf.driver.listeners import Listeners
+from raytf.driver.outcome import build_result
 from raytf.driver.progress import Progress
 from raytf.driver.states import Next, State
 from raytf.errors import (
@@ -161,7 +162,7 @@ def test_happy_path_states_history_and_results(tmp_path):
         seen.append(nxt.state)
     assert seen == [State.STARTING, State.RUNNING, State.RUNNING, State.RUNNING, State.FINISHED]
     ctrl._teardown()
-    result = ctrl._result(nxt.state)
+    result = build_result(ctrl.record(nxt.state), ctrl.progress.finish)
     assert [m["step"] for m in result.metrics_history] == [1, 2]  # rank 0 only
     assert result.metrics == {"step": 2, "loss": 1.0}
     assert result.worker_results == ["a", "b"]

@@ -4,9 +4,7 @@ import threading
 
 import pytest
 
-from raytf.config import FailureConfig
-from raytf.errors import ConfigError
-from raytf.worker.copy_cadence import (
+from raytf.checkpoint.copy_cadence import (
     BUDGET,
     MAX_EVERY,
     SAMPLES,
@@ -15,6 +13,8 @@ from raytf.worker.copy_cadence import (
     interval,
     measured,
 )
+from raytf.config import FailureConfig
+from raytf.errors import ConfigError
 
 
 def run(cadence, steps, step_s, copy_s):
@@ -153,7 +153,7 @@ def test_the_driver_hands_the_measured_cost_and_the_time_between_restarts_on(tmp
     (their polls say it) and gives it to the next attempt with the run's seconds
     between restarts; a setting still wins."""
     from raytf import CheckpointConfig
-    from raytf.driver.checkpoint_commits import CheckpointCommits
+    from raytf.checkpoint.commits import CheckpointCommits
     from raytf.rundir.storage import Storage
 
     commits = CheckpointCommits(Storage(str(tmp_path)), CheckpointConfig(), world_size=2)

@@ -120,10 +120,10 @@ def test_trial_slots_refuse_a_reservation_of_another_shape(monkeypatch):
 def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path):
     """save_checkpoint hands Tune the committed step directory; a restored trial puts it
     where raytf looks, so its driver resumes from it (here: another run directory)."""
+    from raytf.checkpoint.layout import commit, latest_intact
     from raytf.config import RunConfig
     from raytf.driver.launch import RunSpec
     from raytf.integrations.tune import trainable
-    from raytf.rundir.checkpoints import commit, latest_intact
     from raytf.rundir.storage import Storage
 
     from .test_checkpoint import write_parts

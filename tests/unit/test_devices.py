@@ -1,6 +1,6 @@
 import pytest
 
-from raytf.worker.devices import collective_implementation, cuda_visible_devices
+from raytf.worker.process.devices import collective_implementation, cuda_visible_devices
 
 
 def test_cpu_worker_sees_no_gpu_even_on_a_gpu_node():

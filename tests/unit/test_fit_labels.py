@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from raytf.worker import fit_resume
 from raytf.worker.context import TrainContext, _ReportBuffer
+from raytf.worker.fit import resume as fit_resume
 
 
 class Labels(TrainContext):

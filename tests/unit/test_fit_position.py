@@ -1,4 +1,4 @@
-"""Where a plain Keras ``fit`` resumes (raytf.worker.fit_position, fit_resume): the calls
+"""Where a plain Keras ``fit`` resumes (raytf.worker.fit.position, fit_resume): the calls
 that finish an interrupted one, and the inputs whose position cannot be restored exactly.
 
 The resume itself (weights and History equal to an uninterrupted run's after a SIGKILL
@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from raytf.errors import ConfigError
-from raytf.worker import fit_resume
-from raytf.worker.fit_position import (
+from raytf.worker.fit import resume as fit_resume
+from raytf.worker.fit.position import (
     EPOCHS,
     STREAM,
     Call,

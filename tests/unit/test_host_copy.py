@@ -2,10 +2,10 @@
 
 import os
 
-from raytf.rundir.checkpoints import step_dirname
+from raytf.checkpoint import host_copy
+from raytf.checkpoint.host_copy import HostCopy
+from raytf.checkpoint.layout import step_dirname
 from raytf.settings import Settings
-from raytf.worker import host_copy
-from raytf.worker.host_copy import HostCopy
 
 
 def _write(copy: HostCopy, step: int, data: bytes = b"weights") -> tuple[str, dict]:

@@ -1,4 +1,4 @@
-"""The narrow Keras patch behind ``model.fit`` under multi-worker MWMS (raytf.worker.keras_fit).
+"""The narrow Keras patch behind ``model.fit`` under multi-worker MWMS (raytf.worker.fit.mwms).
 
 The first test is the tripwire the patch promises: it fails as soon as the
 installed Keras is not a version the patch was checked against, or no longer
@@ -10,7 +10,7 @@ on real MWMS workers in tests/integration/test_keras_fit.py.
 import numpy as np
 import pytest
 
-from raytf.worker import keras_fit
+from raytf.worker.fit import mwms as keras_fit
 
 
 def test_installed_keras_still_has_the_code_the_patch_works_around():

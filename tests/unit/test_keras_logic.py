@@ -2,6 +2,7 @@
 
 import pytest
 
+from raytf.checkpoint.schedule import SaveSchedule, crossed
 from raytf.data.batching import per_replica_batch, steps_per_epoch_from_shards
 from raytf.errors import ConfigError
 from raytf.keras.callbacks import callbacks_for_rank, check_callbacks
@@ -9,7 +10,6 @@ from raytf.keras.loop import FitSpec
 from raytf.keras.steps import check_step_mode
 from raytf.keras.trainer import check_fit_options
 from raytf.result import history_from_reports
-from raytf.worker.save_schedule import SaveSchedule, crossed
 from raytf.worker.user_fn import call_user
 
 pytestmark = pytest.mark.unit

@@ -8,6 +8,9 @@
   ``raytf.messages``); the group, the run directory, data and the worker
   never import the driver, Keras, the integrations or the tools;
   ``messages`` and ``settings`` import nothing of raytf;
+- the checkpoint component (``raytf/checkpoint``) stands below both the worker
+  and the driver: it imports neither, nor the group, Keras, the integrations or
+  the tools; the run directory's files (``raytf/rundir``) stand below it;
 - the controller's docstring diagram is its ``TRANSITIONS``;
 - the controller tests' fakes have the seams' (``raytf.group.protocols``)
   methods with the real classes' signatures.
@@ -155,6 +158,25 @@ def test_the_driver_reaches_workers_only_through_messages_and_the_group():
 )
 def test_lower_floors_never_import_higher_ones(low, high):
     assert _crossing(low, high) == []
+
+
+@pytest.mark.parametrize(
+    "high",
+    [
+        "raytf.worker",
+        "raytf.driver",
+        "raytf.group",
+        "raytf.keras",
+        "raytf.integrations",
+        "raytf.tools",
+    ],
+)
+def test_the_checkpoint_component_stands_below_the_worker_and_the_driver(high):
+    assert _crossing("raytf.checkpoint", high) == []
+
+
+def test_the_run_directory_stands_below_the_checkpoint_component():
+    assert _crossing("raytf.rundir", "raytf.checkpoint") == []
 
 
 @pytest.mark.parametrize("leaf", ["raytf.messages", "raytf.settings"])

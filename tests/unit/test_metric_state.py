@@ -24,7 +24,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from raytf.worker.metric_state import MetricState
+from raytf.worker.fit.metric_state import MetricState
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 

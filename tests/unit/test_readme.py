@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from raytf.compat import SUPPORTED
 from raytf.config import ScalingConfig
 from raytf.data.batching import per_replica_batch
 from raytf.errors import RaytfError
 from raytf.group.feasibility import check_satisfiable
-from raytf.worker.compat import SUPPORTED
 
 pytestmark = pytest.mark.unit
 

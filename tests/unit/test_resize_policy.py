@@ -5,11 +5,11 @@ import types
 
 import pytest
 
+from raytf.checkpoint.layout import CommittedCheckpoint
 from raytf.config import ScalingConfig
 from raytf.driver import resize_policy
 from raytf.driver.resize_policy import NOTHING, ResizePolicy, Restart
 from raytf.group.elastic import WorldSize, choose_world_size
-from raytf.rundir.checkpoints import CommittedCheckpoint
 from raytf.settings import Settings
 
 WALL = 1000.0  # what time.time() says inside the policy (deadlines are Unix seconds)

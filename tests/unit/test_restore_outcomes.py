@@ -14,12 +14,12 @@ import keras
 import numpy as np
 import pytest
 
+from raytf.checkpoint import structure
+from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, latest_intact, step_dirname
 from raytf.config import FailureConfig
 from raytf.driver.failure_policy import Decision, Failure, FailureKind, FailurePolicy, classify
 from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, CheckpointStorageError
 from raytf.rundir import storage as storage_module
-from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST, commit, latest_intact, step_dirname
-from raytf.worker import structure
 from tests.unit.test_worker_checkpointer import checkpointer, make_model, values
 
 
@@ -150,7 +150,7 @@ def test_an_emergency_part_never_writes_into_a_committed_checkpoint(storage, par
     """Rank 0 died right after the commit of step 2: the survivor's last step is 2 too.
     It must refuse before writing (it once wrote its TF files into the committed step's
     directory, which the driver then refused to commit: a committed checkpoint altered)."""
-    from raytf.worker.emergency import LastStep, emergency_part
+    from raytf.checkpoint.emergency import LastStep, emergency_part
 
     model, optimizer = make_model(0)
     ck = checkpointer(storage, parts, rank=1, world_size=2)

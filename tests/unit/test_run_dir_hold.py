@@ -234,9 +234,9 @@ def test_a_driver_whose_heartbeat_stalled_finds_its_lease_taken_and_writes_nothi
 
 
 def test_a_driver_taken_over_commits_no_checkpoint(tmp_path):
+    from raytf.checkpoint.commits import CheckpointCommits
+    from raytf.checkpoint.layout import committed
     from raytf.config import CheckpointConfig
-    from raytf.driver.checkpoint_commits import CheckpointCommits
-    from raytf.rundir.checkpoints import committed
 
     from .test_checkpoint import write_parts
 

@@ -6,13 +6,14 @@ import types
 
 import pytest
 
+from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, step_dirname
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerDiedError
 from raytf.messages import WorkerInfo
 from raytf.rundir import run_state
-from raytf.rundir.checkpoints import CKPT_DIR, MANIFEST, step_dirname
-from raytf.rundir.run_state import STATE_FILE, RunState, load_previous, read_state
+from raytf.rundir.run_state import STATE_FILE, RunState, load_previous
 from raytf.rundir.storage import Storage
+from raytf.tools.runs import read_state
 
 
 class Clock:

@@ -6,8 +6,7 @@ import uuid
 
 import pytest
 
-from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import (
+from raytf.checkpoint.layout import (
     CKPT_DIR,
     MANIFEST,
     commit,
@@ -18,6 +17,7 @@ from raytf.rundir.checkpoints import (
     step_dirname,
     verify,
 )
+from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
 

@@ -40,7 +40,7 @@ def test_bad_layouts_are_refused(addrs, rank, match):
 
 
 def test_port_clash_is_recognised_from_tf_errors():
-    from raytf.worker.ports import is_port_clash, reserve_port
+    from raytf.worker.process.ports import is_port_clash, reserve_port
 
     # What TF 2.21 raises when its gRPC server cannot bind (seen here with a taken port).
     assert is_port_clash("UnknownError: Could not start gRPC server")

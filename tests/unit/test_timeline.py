@@ -5,7 +5,7 @@ import time
 
 from raytf.bench.harness import startup_from
 from raytf.group.timeline import Timeline
-from raytf.worker.startup import process_start_time
+from raytf.worker.process.startup import process_start_time
 
 
 def test_this_process_started_before_now_and_after_boot():

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from raytf.checkpoint.checkpointer import WorkerCheckpointer
+from raytf.checkpoint.layout import CKPT_DIR, commit, latest_intact, step_dirname
 from raytf.errors import CheckpointRestoreError
-from raytf.rundir.checkpoints import CKPT_DIR, commit, latest_intact, step_dirname
 from raytf.rundir.storage import Storage
-from raytf.worker.checkpointer import WorkerCheckpointer
 
 
 def make_model(seed: int):
@@ -356,7 +356,7 @@ def tree_bytes(root: str) -> dict[str, bytes]:
 def test_no_writer_touches_a_committed_step(storage, parts, capfd, async_save):
     """Interval saves, on-demand saves, session saves and emergency parts at a step whose
     directory has a manifest: each is refused before a byte is written, and says so."""
-    from raytf.worker.emergency import emergency_part
+    from raytf.checkpoint.emergency import emergency_part
 
     model, optimizer = make_model(0)
     ck = checkpointer(storage, parts, every_steps=5, async_save=async_save)

@@ -12,7 +12,7 @@ from raytf.errors import ConfigError
 from raytf.group import kept
 from raytf.group.actors import credential_env, is_credential, worker_env
 from raytf.rundir.storage import cause
-from raytf.worker import environment
+from raytf.worker.process import environment
 
 DRIVER = {
     "AWS_ACCESS_KEY_ID": "AKIAPLANTED",

@@ -11,8 +11,8 @@ import pytest
 from raytf.config import LoggingConfig
 from raytf.errors import ConfigError
 from raytf.group.actors import worker_env
-from raytf.worker.output import tf_level
-from raytf.worker.output_pump import is_startup_noise
+from raytf.worker.process.output import tf_level
+from raytf.worker.process.output_pump import is_startup_noise
 
 pytestmark = pytest.mark.unit
 
@@ -83,7 +83,7 @@ def run_tapped(body: str, tmp_path) -> tuple[subprocess.CompletedProcess, list[s
     script = textwrap.dedent(
         f"""
         import json, os, sys, time
-        from raytf.worker.output import OutputTap
+        from raytf.worker.process.output import OutputTap
         tap = OutputTap()
         def keep():
             time.sleep(0.3)

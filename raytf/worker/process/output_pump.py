@@ -1,6 +1,6 @@
 """The process between a worker's output and Ray's log file: every line kept, notes held back.
 
-Run as a script by ``raytf.worker.output`` (standard library only: it must
+Run as a script by ``raytf.worker.process.output`` (standard library only: it must
 start in milliseconds and import nothing the worker's environment may lack),
 one per stream, reading the pipe the worker's fd 1 or 2 now writes to. It is
 a process, not a thread of the worker, for three reasons: it drains the pipe

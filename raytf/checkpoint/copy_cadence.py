@@ -1,6 +1,6 @@
 """How often a worker copies its state for an emergency checkpoint: as often as it is cheap.
 
-The copy (``raytf.worker.emergency.LastStep``) costs what moving the whole state
+The copy (``raytf.checkpoint.emergency.LastStep``) costs what moving the whole state
 costs: device-memory bandwidth on a GPU, a memcpy on a CPU. For a 400 MB state on
 this 2-core machine that is about 10 % of a step; for a small model it is the
 call's fixed cost, again a large share of a millisecond step. Taken every ``k``

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raytf.checkpoint import structure as structures
+from raytf.checkpoint import unbroadcast
+from raytf.checkpoint.emergency import state_file_for
+from raytf.checkpoint.host_copy import HostCopy, is_tf_file
+from raytf.checkpoint.layout import MANIFEST, TF_PREFIX, parse_step_dirname
 from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, CheckpointStorageError
-from raytf.rundir.checkpoints import MANIFEST, TF_PREFIX, parse_step_dirname
 from raytf.rundir.storage import Storage, cause, retrying
-from raytf.worker import structure as structures
-from raytf.worker import unbroadcast
-from raytf.worker.emergency import state_file_for
-from raytf.worker.host_copy import HostCopy, is_tf_file
 
 logger = logging.getLogger("raytf")
 

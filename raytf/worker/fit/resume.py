@@ -4,8 +4,8 @@ exactly where the checkpoint was taken.
 The first ``fit`` call of a worker names the model and its optimizer to raytf's
 checkpoints (restoring them when the run resumes), and a callback raytf adds
 to the call keeps its place in them: the call, the epoch, the batch, the
-batches drawn from the input (``raytf.worker.fit_position``), the epoch's
-metric accumulators (every replica's partials, ``raytf.worker.metric_state``)
+batches drawn from the input (``raytf.worker.fit.position``), the epoch's
+metric accumulators (every replica's partials, ``raytf.worker.fit.metric_state``)
 and the epochs already done. On a restart the same ``fit`` call, unchanged,
 finds that place: its input is skipped to the next batch, the accumulators are
 put back after Keras resets them at the epoch's start, the callbacks see the
@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from raytf.errors import ConfigError
-from raytf.worker.fit_keeper import Keeper, strategy_of
-from raytf.worker.fit_position import Call, Position, classify, resume_calls
+from raytf.worker.fit.keeper import Keeper, strategy_of
+from raytf.worker.fit.position import Call, Position, classify, resume_calls
 
 STATE_NAME = "keras_fit"
 

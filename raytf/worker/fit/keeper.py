@@ -1,5 +1,5 @@
 """The callback raytf adds to a ``fit`` call with no raytf callback: it keeps the call's
-place for raytf's checkpoints (``raytf.worker.fit_resume``) and reports each epoch.
+place for raytf's checkpoints (``raytf.worker.fit.resume``) and reports each epoch.
 
 A step is handed to raytf (``step_end``, where a checkpoint the run asks for is
 taken) when the next batch begins or the epoch ends, not when it finishes: only
@@ -19,8 +19,8 @@ from typing import Any
 
 import keras
 
-from raytf.worker.fit_position import InputKind, Position
-from raytf.worker.metric_state import MetricState
+from raytf.worker.fit.metric_state import MetricState
+from raytf.worker.fit.position import InputKind, Position
 
 
 def numbers(logs: dict | None) -> dict:

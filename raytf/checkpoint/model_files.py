@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import Any
 
-from raytf.rundir.checkpoints import CKPT_DIR, TF_PREFIX, committed, step_dirname
+from raytf.checkpoint.layout import CKPT_DIR, TF_PREFIX, committed, step_dirname
 from raytf.rundir.storage import Storage
 
 MODEL_DIR = "model"

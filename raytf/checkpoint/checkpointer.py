@@ -1,7 +1,7 @@
 """A worker's side of coordinated checkpoints: save at an agreed step, restore exactly.
 
 Every rank saves at the same step (saving may run collectives); when is
-decided by ``raytf.worker.save_schedule`` (intervals, on-demand requests
+decided by ``raytf.checkpoint.schedule`` (intervals, on-demand requests
 agreed through TF's coordination service, termination notices).
 
 The chief writes the real TF files; other ranks write theirs to a private
@@ -21,23 +21,23 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import TF_PREFIX, is_committed, refused_line, step_dirname
-from raytf.rundir.storage import Storage, retrying
-from raytf.rundir.storage import cause as storage_cause
-from raytf.worker import model_out, snapshot, structure
-from raytf.worker.copy_cadence import Cadence, agree_through_kv
-from raytf.worker.emergency import LastStep
-from raytf.worker.host_copy import HostCopy
-from raytf.worker.restore import (
+from raytf.checkpoint import model_out, snapshot, structure
+from raytf.checkpoint.copy_cadence import Cadence, agree_through_kv
+from raytf.checkpoint.emergency import LastStep
+from raytf.checkpoint.host_copy import HostCopy
+from raytf.checkpoint.layout import TF_PREFIX, is_committed, refused_line, step_dirname
+from raytf.checkpoint.restore import (
     build_optimizers,
     read_committed,
     rng_raw,
     rng_state,
     set_rng_state,
 )
-from raytf.worker.save_schedule import SaveSchedule
-from raytf.worker.traced_save import CheckpointWriter
+from raytf.checkpoint.schedule import SaveSchedule
+from raytf.checkpoint.writer import CheckpointWriter
+from raytf.messages import CheckpointPart
+from raytf.rundir.storage import Storage, retrying
+from raytf.rundir.storage import cause as storage_cause
 
 logger = logging.getLogger("raytf")
 
@@ -85,7 +85,7 @@ class WorkerCheckpointer:
         self._inflight: threading.Thread | None = None  # the async save being stored
         self.ckpt = None
         self.model = None  # the loop's Keras model, once it names one
-        self.structure: dict = {}  # what its models hold, by shape (raytf.worker.structure)
+        self.structure: dict = {}  # what its models hold, by shape (raytf.checkpoint.structure)
         self.refuse_nonfinite = refuse_nonfinite  # check the weights at every save
         # A silent phase for the driver's watchdog (raytf.worker.liveness): restores, saves.
         self.phase = phase or (lambda name, **_: nullcontext())
@@ -139,7 +139,7 @@ class WorkerCheckpointer:
             )
 
     def _restore(self, trackables: dict) -> int:
-        """Read the committed checkpoint at ``restore_url`` (``raytf.worker.restore``)."""
+        """Read the committed checkpoint at ``restore_url`` (``raytf.checkpoint.restore``)."""
         t0 = time.monotonic()
         with self.phase("restore", quiet=True):  # restored step counters are not progress
             self.restored_from = self._read(trackables)

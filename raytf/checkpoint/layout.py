@@ -155,7 +155,7 @@ def commit(
         "host_copies": sorted(p.copy_id for p in parts if p.copy_id),
     }
     structure = next((p.structure for p in parts if p.structure), None)
-    if structure:  # what a restore compares its model with (raytf.worker.structure)
+    if structure:  # what a restore compares its model with (raytf.checkpoint.structure)
         manifest["structure"] = structure
     d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)

@@ -35,7 +35,7 @@ front with what to use instead.
 
 The patch is narrow: two wrappers around Keras's functions, delegating to
 them, installed only inside raytf workers (``install`` is called by the worker
-actor), only for the Keras release raytf supports (``raytf.worker.compat``), and only
+actor), only for the Keras release raytf supports (``raytf.compat``), and only
 after checking that the installed Keras still has the code it works around
 (``PROBE``, run at worker start; ``tests/unit/test_keras_fit.py`` fails when
 Keras changes under it).
@@ -47,7 +47,7 @@ import inspect
 import logging
 from typing import Any
 
-from raytf.worker.compat import Probe, version_note
+from raytf.compat import Probe, version_note
 
 logger = logging.getLogger("raytf")
 

@@ -6,7 +6,7 @@ C++ before absl's logging is initialised, where ``TF_CPP_MIN_LOG_LEVEL`` is
 not yet read (TF 2.21): every rank printed them, twice, and nothing in the
 environment stops it. So the worker's fds 1 and 2 become pipes, installed
 before TensorFlow is imported, each read by a small process of its own
-(``raytf.worker.output_pump``) that passes each line on to the file Ray
+(``raytf.worker.process.output_pump``) that passes each line on to the file Ray
 forwards to the driver's screen, unless it is a note the log level hides, and
 keeps every line in a file the worker's poll reads (``RUN_DIR/logs``). Each
 line passes once, in order within its stream; what a dying worker wrote last
@@ -23,13 +23,13 @@ import tempfile
 
 from ray._private import ray_constants
 
-from raytf.worker import output_pump
-from raytf.worker.output_pump import CONTROL
+from raytf.worker.process import output_pump
+from raytf.worker.process.output_pump import CONTROL
 
 LINE_BYTES = 16 << 10  # a longer line reaches the run directory cut to this
 POLL_BYTES = 1 << 20  # what one poll carries at most; the rest waits for the next
 _PIPE_BYTES = 1 << 20  # room in each pipe (Linux's default is 64 KiB)
-_RAY_MARKERS = tuple(  # those this Ray has (raytf.worker.compat probes them)
+_RAY_MARKERS = tuple(  # those this Ray has (raytf.compat probes them)
     marker
     for name in ("ACTOR_NAME", "TASK_NAME", "JOB_ID", "EVENT_SUMMARY")
     if isinstance(marker := getattr(ray_constants, f"LOG_PREFIX_{name}", None), str)

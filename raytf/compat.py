@@ -142,7 +142,7 @@ RAY_LOG_PREFIX = Probe(
     "worker output keeps Ray's default prefixes",
     version_bound=False,
 )
-# Keras's fit patch has its probe beside it: ``raytf.worker.keras_fit.PROBE``.
+# Keras's fit patch has its probe beside it: ``raytf.worker.fit.mwms.PROBE``.
 PROBES = (SNAPSHOT, COORDINATION, ITERATOR_REAPER, RAY_LOG_PREFIX)
 
 

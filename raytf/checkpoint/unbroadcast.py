@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 
-from raytf.worker import compat
+from raytf import compat
 
 _ATTR = "_get_variable_creator_initial_value"
 _enabled = False

@@ -12,9 +12,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from raytf.config import CheckpointConfig
-from raytf.messages import CheckpointPart, CheckpointPlan
-from raytf.rundir.checkpoints import (
+from raytf.checkpoint.layout import (
     CKPT_DIR,
     SCORES,
     CommittedCheckpoint,
@@ -27,6 +25,8 @@ from raytf.rundir.checkpoints import (
     ranked,
     step_dirname,
 )
+from raytf.config import CheckpointConfig
+from raytf.messages import CheckpointPart, CheckpointPlan
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
@@ -140,7 +140,7 @@ class CheckpointCommits:
     def plan(self, keep_last_step: bool = False, every: int | None = None) -> CheckpointPlan:
         """What each worker's checkpointer needs: where, how often, what to restore, and
         whether to keep each step's state for an emergency checkpoint (every ``every``
-        steps; None: as often as the copy is cheap, ``raytf.worker.copy_cadence``, from
+        steps; None: as often as the copy is cheap, ``raytf.checkpoint.copy_cadence``, from
         its cost as an earlier attempt of this run measured it and the run's time between
         restarts so far, else measured again)."""
         restarts = self._attempts - 1

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from raytf.rundir.model_files import ARCHITECTURE, KERAS_FILE, MODEL_DIR, SAVED_MODEL
+from raytf.checkpoint.model_files import ARCHITECTURE, KERAS_FILE, MODEL_DIR, SAVED_MODEL
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")

@@ -66,7 +66,7 @@ def _in_worker(method: Callable, phase: str, until_progress: bool, reports: bool
         with watch.phase(phase, until_progress=until_progress):
             if reports and isinstance(callbacks, (list, tuple, type(None))):
                 if not _raytf_reports(callbacks):
-                    from raytf.worker import fit_resume
+                    from raytf.worker.fit import resume as fit_resume
 
                     return fit_resume.fit(method, bound, get_context())
             return method(*bound.args, **bound.kwargs)

@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 
-from raytf.rundir.checkpoints import TF_PREFIX, parse_step_dirname
+from raytf.checkpoint.layout import TF_PREFIX, parse_step_dirname
 from raytf.settings import Settings
 
 logger = logging.getLogger("raytf")

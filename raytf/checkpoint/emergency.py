@@ -38,11 +38,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from raytf.checkpoint import snapshot
+from raytf.checkpoint.copy_cadence import Cadence
+from raytf.checkpoint.host_copy import is_tf_file
+from raytf.checkpoint.layout import TF_PREFIX, step_dirname
 from raytf.messages import CheckpointPart
-from raytf.rundir.checkpoints import TF_PREFIX, step_dirname
-from raytf.worker import snapshot
-from raytf.worker.copy_cadence import Cadence
-from raytf.worker.host_copy import is_tf_file
 
 
 def _digest(snap: snapshot.Snapshot) -> str:
@@ -70,7 +70,7 @@ def _on_read_variables(checkpointer) -> list[str]:
 class LastStep:
     """The state at the last step its ``Cadence`` copied: every step where that is cheap.
 
-    A snapshot (``raytf.worker.snapshot``) holds each variable's buffer; the next
+    A snapshot (``raytf.checkpoint.snapshot``) holds each variable's buffer; the next
     step's in-place updates copy it first, so keeping it costs one copy of the
     state per step, on the state's own device: device-memory bandwidth on a GPU,
     a memcpy on a CPU (the examples' model: microseconds; 300 MB of CPU state:

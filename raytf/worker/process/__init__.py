@@ -1,0 +1,1 @@
+"""A worker process's set-up: its environment, start-up phases, ports, devices and output."""
