@@ -107,6 +107,15 @@ def test_kuberay_runtime_envs_bring_pyprojects_dependencies(path, field):
     extras = project["optional-dependencies"]
     want = [r for r in project["dependencies"] if not r.startswith("ray[")]
     assert sorted(env["pip"]) == sorted(want + extras["gpu"] + extras["s3"])
+    # As Ray parses it (ray job submit --runtime-env, a RayJob's runtimeEnvYAML).
+    from ray.runtime_env import RuntimeEnv
+
+    parsed = RuntimeEnv(**{k: v.replace("${BUCKET}", "b") for k, v in env.items() if k != "pip"},
+                        pip=env["pip"])  # fmt: skip
+    assert parsed["pip"]["packages"] == env["pip"]
+    if field:  # the RayJob: raytf comes in its working directory, from the user's bucket
+        assert parsed["working_dir"] == "s3://b/raytf/raytf.zip"
+        assert "--storage s3://${BUCKET}/" in doc["spec"]["entrypoint"]
 
 
 def test_validate_flags_a_config_that_installs_pypis_raytf(tmp_path):
