@@ -7,12 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.raytf-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit bench lint clean
+.PHONY: setup demo test test-unit bench lint dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[cpu,test]'
+	@# "raytf" is this project's old distribution name, and PyPI's other project's
+	$(BIN)/python -m pip uninstall --quiet --yes raytf 2>/dev/null || true
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -43,5 +45,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# What a cluster installs raytf from without any package index (PyPI's "raytf" is another
+# project; this one's distribution is raytf-mwms): the wheel, and the committed checkout as
+# one zip with one top-level folder, as Ray's runtime_env working_dir takes it (KubeRay).
+dist: setup
+	rm -rf dist && $(BIN)/python -m pip wheel --quiet --no-deps -w dist .
+	git archive --format=zip --prefix=raytf/ -o dist/raytf.zip HEAD
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -5,7 +5,7 @@
     python jobs/benchmark.py --use-gpu --workers 4        # on a machine with 4 GPUs
 
 Same as ``raytf bench``; the code is ``raytf/bench/`` (see its ``main.py``).
-Ray Train's column needs ``pip install 'raytf[bench]'``.
+Ray Train's column needs the ``bench`` extra (``pip install -e '.[bench]'`` in this checkout).
 """
 
 from raytf.bench.main import main

@@ -1,6 +1,6 @@
 """A newcomer's template: a small Keras 3 CNN on real data (8x8 digits), on N workers.
 
-    pip install 'raytf[examples]'        # scikit-learn, which ships the digits inside its package
+    pip install -e '.[cpu,examples]'    # in this checkout; scikit-learn ships the digits
     python jobs/train_digits.py --workers 2
 
 The 1,797 handwritten digits of ``sklearn.datasets.load_digits`` need no

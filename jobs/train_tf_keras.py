@@ -1,6 +1,6 @@
 """Legacy Keras: ``tf_keras`` ``model.fit`` on N raytf workers with raytf's callback.
 
-    pip install 'raytf[legacy]'
+    pip install -e '.[cpu,legacy]'      # in this checkout
     python jobs/train_tf_keras.py --workers 2 --epochs 3 --checkpoint-every 64
 
 For code that already uses ``tf_keras`` (Keras 2). New code should prefer

@@ -73,7 +73,7 @@ class Result:
             import pandas as pd
         except ImportError:
             raise ImportError(
-                "Result.metrics_dataframe needs pandas: pip install 'raytf[data]' (or pandas); "
+                "Result.metrics_dataframe needs pandas: pip install pandas; "
                 "Result.metrics_history holds the same reports as dicts"
             ) from None
         return pd.DataFrame(self.metrics_history)

@@ -24,8 +24,10 @@ WORKER_ENV = {
 }
 
 
-def _env(name: str, kind: type, default):
-    return field(default=default, metadata={"env": name, "kind": kind})
+def _env(name: str, kind: type, default, empty_is_value: bool = False):
+    """A setting read from ``name``; set to "" it keeps ``default`` unless
+    ``empty_is_value`` (a documented "" that means off)."""
+    return field(default=default, metadata={"env": name, "kind": kind, "empty": empty_is_value})
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Settings:
     tune_commit_wait_s: float = _env("RAYTF_TUNE_COMMIT_WAIT_S", float, 60.0)
     # Where each node keeps copies of the latest checkpoints in host memory, for
     # restores that skip object storage (raytf.checkpoint.host_copy); "" turns them off.
-    host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm")
+    host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm", empty_is_value=True)
     # Other runs' copies not written for this long (runs that never finished) are removed
     # by the next run that starts on the node.
     host_copy_max_age_s: float = _env("RAYTF_HOST_COPY_MAX_AGE_S", float, 86400.0)
@@ -94,13 +96,18 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """The defaults, overridden by every variable set in ``environ`` (os.environ)."""
+        """The defaults, overridden by every variable set in ``environ`` (os.environ).
+
+        A variable set to "" counts as unset (a shell's ``VAR= cmd``, a YAML ``VAR: ""``),
+        except where "" is a value of its own: ``RAYTF_HOST_COPY_DIR=""`` turns host
+        copies off."""
         env = os.environ if environ is None else environ
         values = {}
         for f in dataclasses.fields(cls):
             raw = env.get(f.metadata["env"])
-            if raw:
-                values[f.name] = _parse(f.metadata["env"], f.metadata["kind"], raw)
+            if raw is None or (raw == "" and not f.metadata["empty"]):
+                continue
+            values[f.name] = _parse(f.metadata["env"], f.metadata["kind"], raw)
         return cls(**values)
 
 

@@ -204,7 +204,7 @@ def raytrain_available() -> str | None:
     try:
         import ray.train.tensorflow  # noqa: F401
     except ImportError as exc:
-        return f"{exc} (pip install 'raytf[bench]')"
+        return f"{exc} (raytf-mwms's bench extra: pip install -e '.[bench]' in raytf's checkout)"
     return None
 
 

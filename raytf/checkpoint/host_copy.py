@@ -55,13 +55,14 @@ def node_copy(run_url: str, settings: Settings, sweep: bool) -> HostCopy:
     return copy
 
 
-def _private(path: str) -> None:
+def private_dir(path: str) -> None:
     """``path`` a directory of this user's, mode 0700; an error if another user holds it
-    (or it is a link): copies then fail like a full tmpfs, on disk instead."""
+    (or it is a link): copies then fail like a full tmpfs, on disk instead. (Rank
+    working directories on a node's temp directory are checked with it too.)"""
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.lstat(path)
     if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"{path} is not a directory of this user's: no host copies there")
+        raise PermissionError(f"{path} is not a directory of this user's")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
 
@@ -92,7 +93,7 @@ class HostCopy:
 
     def staging(self) -> str:
         """A private directory to write a checkpoint's files into, then ``keep`` it."""
-        _private(os.path.dirname(self.dir))
+        private_dir(os.path.dirname(self.dir))
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         return tempfile.mkdtemp(prefix=".staging-", dir=self.dir)
 

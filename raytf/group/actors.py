@@ -43,12 +43,17 @@ FORWARDED_PREFIXES = (
 # taken for one if any word of it says so: AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
 # AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN...
 _CREDENTIAL_WORDS = re.compile(
-    r"(^|_)(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION)(_|$)",
+    r"(^|[_.-])(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION"
+    r"|COOKIE)([_.-]|$)",
     re.IGNORECASE,
 )
 # fsspec also reads a protocol's whole configuration from one variable as JSON
-# (FSSPEC_S3='{"key": ..., "secret": ...}'): a credential if any of its keys is one.
+# (FSSPEC_S3='{"key": ..., "secret": ...}'): a credential if any key at any depth is one
+# (client_kwargs' aws_secret_access_key, an HTTP header's Authorization or X-Api-Key).
 _FSSPEC_JSON = re.compile(r"^FSSPEC_[A-Za-z0-9]+$")
+# A URL with userinfo (s3://user:pass@bucket, https://token@host) carries its secret in
+# the value, whatever the variable is called.
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
 
 # Read when the process starts or TensorFlow is imported, not when used: a process
 # kept with TensorFlow imported (``raytf.group.kept``) serves only a run whose values
@@ -71,13 +76,24 @@ def is_credential(name: str, value: str | None = None) -> bool:
     """Whether ``name`` (with ``value``, for fsspec's JSON form) holds a credential."""
     if name == "GOOGLE_APPLICATION_CREDENTIALS" or _CREDENTIAL_WORDS.search(name):
         return True
+    if value and _URL_USERINFO.search(value):
+        return True
     if _FSSPEC_JSON.match(name):
         try:
             doc = json.loads(value or "{}")
         except ValueError:
             return True  # unreadable: not worth the doubt
-        return not isinstance(doc, dict) or any(_CREDENTIAL_WORDS.search(str(k)) for k in doc)
+        return not isinstance(doc, dict) or _holds_credential(doc)
     return False
+
+
+def _holds_credential(doc) -> bool:
+    """Whether a JSON document has a credential's key, or a URL with userinfo, anywhere."""
+    if isinstance(doc, dict):
+        return any(_CREDENTIAL_WORDS.search(str(k)) or _holds_credential(v) for k, v in doc.items())
+    if isinstance(doc, list):
+        return any(_holds_credential(v) for v in doc)
+    return isinstance(doc, str) and bool(_URL_USERINFO.search(doc))
 
 
 def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:

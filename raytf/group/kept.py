@@ -52,6 +52,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raytf import DISTRIBUTION
 from raytf.group.actors import import_time_env, kill_actor, without_credentials, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.worker.actor import RaytfWorker
@@ -88,7 +89,7 @@ def env_key(env: dict[str, str] | None = None) -> str:
     # claim replaces).
     variables = import_time_env(worker_env() if env is None else env)
     try:
-        version = importlib.metadata.version("raytf")
+        version = importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         version = "source"
     doc = {"python": sys.version, "raytf": version, "runtime_env": runtime_env, "env": variables}

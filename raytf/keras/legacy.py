@@ -7,7 +7,7 @@ metrics to the driver and takes part in raytf's coordinated checkpoints. Its
 ``restore(model)`` returns the step to resume after; ``tf_keras``'s ``fit`` can
 only start at an epoch (``initial_epoch``), so checkpoint at epoch ends
 (``checkpoint_every_steps = steps_per_epoch``) for an exact resume. Needs the
-``legacy`` extra (``pip install raytf[legacy]``).
+``legacy`` extra (``tf_keras``).
 """
 
 from __future__ import annotations

@@ -35,13 +35,20 @@ from typing import Any
 
 import fsspec
 
+from raytf import DISTRIBUTION
 from raytf.errors import ConfigError
 
 logger = logging.getLogger("raytf")
 
 UPLOAD_THREADS = 4
 UPLOAD_RETRIES = 6  # 1 + 2 + 4 + 8 + 16 s of backoff: an endpoint may be away ~30 s
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}  # scheme -> raytf extra
+# scheme -> (the fsspec library it needs, the extra of raytf that brings it)
+EXTRAS = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+}
 _S3_PROBE = {"config_kwargs": {"connect_timeout": 5, "retries": {"max_attempts": 1}}}
 PROBE_OPTIONS = {"s3": _S3_PROBE, "s3a": _S3_PROBE}  # the storage check's client: fail fast
 
@@ -262,8 +269,10 @@ def check_storage(storage_path: str, run_dir: str) -> Storage:
                 "shared path, s3://, gs:// or another fsspec protocol"
             ) from None
         except ImportError as exc:
-            extra = EXTRAS.get(scheme)
-            fix = f"pip install 'raytf[{extra}]'" if extra else "install its fsspec library"
+            lib, extra = EXTRAS.get(scheme, (None, None))
+            fix = f"pip install {lib} ({DISTRIBUTION}'s {extra} extra)"
+            if lib is None:
+                fix = "install its fsspec library"
             raise ConfigError(
                 f"{where}: {scheme}:// needs a library that is missing ({exc}); "
                 f"{fix} on the driver and every node"

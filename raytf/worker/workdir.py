@@ -16,7 +16,15 @@ creates is its own. An entry that existed before the rank started is shared
 through its link, so writes into such a directory from every rank still meet
 there: name those files by rank (``raytf.get_context().rank``). The directories
 stay after the run (they hold the workers' outputs), and a restarted rank
-finds its own again.
+finds its own again, its links made anew at every attempt: a relaunch from
+another job directory (``ray job submit`` unpacks each submission's
+``--working-dir`` into a new one) reads the new files on every rank, not the
+old ones on ranks > 0.
+
+Under the node's temp directory the rank directories sit in
+``raytf-workdirs-<uid>``, mode 0700 and checked to be this user's own
+directory (not a link), as host copies are: a node is shared, and the path is
+predictable.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 
+from raytf.checkpoint.host_copy import private_dir
 from raytf.rundir.storage import is_local
 
 WORKDIRS = "workdirs"
@@ -38,8 +48,13 @@ def rank_dir(run_dir: str, rank: int) -> str:
         root = os.path.join(run_dir, WORKDIRS)
     else:
         key = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
-        root = os.path.join(tempfile.gettempdir(), "raytf-workdirs", key)
+        root = os.path.join(node_root(), key)
     return os.path.join(root, f"rank_{rank}")
+
+
+def node_root() -> str:
+    """This user's rank directories under the node's temp directory (object storage)."""
+    return os.path.join(tempfile.gettempdir(), f"raytf-workdirs-{os.getuid()}")
 
 
 @contextlib.contextmanager
@@ -51,6 +66,8 @@ def own_workdir(run_dir: str, rank: int) -> Iterator[str]:
         yield before
         return
     path = rank_dir(run_dir, rank)
+    if not is_local(run_dir):
+        private_dir(node_root())  # refused if another user holds it, or it is a link
     os.makedirs(path, exist_ok=True)
     _link_entries(before, path)
     os.chdir(path)
@@ -67,10 +84,34 @@ def own_workdir(run_dir: str, rank: int) -> Iterator[str]:
 
 
 def _link_entries(source: str, target: str) -> None:
-    """A link in ``target`` to each entry of ``source`` it has nothing of its own for."""
-    for name in os.listdir(source):
+    """A link in ``target`` to each entry of ``source`` it has nothing of its own for.
+
+    Links an earlier attempt made (absolute, to an entry of the same name) follow
+    ``source`` now: re-pointed where it has the entry, removed where it has not (the
+    old job directory may be gone, or hold what was since deleted)."""
+    names = set(os.listdir(source))
+    for name in os.listdir(target):
         link = os.path.join(target, name)
-        if os.path.lexists(link):
-            continue  # this rank's own file, or a link made by an earlier attempt
-        with contextlib.suppress(FileExistsError):
-            os.symlink(os.path.join(source, name), link)
+        if name not in names and _made_here(link, name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+    for name in names:
+        link = os.path.join(target, name)
+        want = os.path.join(source, name)
+        if not os.path.lexists(link):
+            with contextlib.suppress(FileExistsError):
+                os.symlink(want, link)
+        elif _made_here(link, name) and os.readlink(link) != want:
+            spare = f"{link}.raytf-{uuid.uuid4().hex[:8]}"
+            os.symlink(want, spare)
+            os.replace(spare, link)  # a rename: the link never missing in between
+        # else: this rank's own file, or a link already to ``want``
+
+
+def _made_here(link: str, name: str) -> bool:
+    """Whether ``link`` is one ``_link_entries`` made: a link to ``<directory>/<name>``."""
+    try:
+        to = os.readlink(link)
+    except OSError:
+        return False  # not a link: the rank's own
+    return os.path.isabs(to) and os.path.basename(to) == name

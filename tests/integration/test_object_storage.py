@@ -41,7 +41,8 @@ def _loop(config):
     "url, why",
     [
         ("nosuch://bucket/runs", "no filesystem is known for nosuch://"),
-        ("gs://bucket/runs", r"pip install 'raytf\[gcs\]'"),  # gcsfs is not installed here
+        # gcsfs is not installed here
+        ("gs://bucket/runs", r"pip install gcsfs \(raytf-mwms's gcs extra\)"),
         ("s3://no-such-bucket/runs", "bucket 'no-such-bucket' does not exist"),
     ],
 )

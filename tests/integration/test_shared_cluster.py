@@ -3,6 +3,7 @@ appear in no file of the run and no screen line either way, and processes kept b
 runs serve only their own scope and keep nothing of the run that started them."""
 
 import hashlib
+import json
 import os
 
 import pytest
@@ -19,7 +20,9 @@ from .test_kept import _imported, wait_for
 
 CONFIG = {"steps": 16, "batch_size": 64, "seed": 9, "report_every": 4, "lr": 3e-3}
 PLANTED = "raytf-planted-secret-7f3a9c"  # moto takes any credentials
-WATCHED = ("AWS_SECRET_ACCESS_KEY", "RAYTF_PLANTED_A")
+# A credential nested in fsspec's JSON form (an HTTP header inside client_kwargs).
+NESTED = json.dumps({"client_kwargs": {"headers": {"Authorization": f"Bearer {PLANTED}"}}})
+WATCHED = ("AWS_SECRET_ACCESS_KEY", "RAYTF_PLANTED_A", "FSSPEC_HTTP")
 
 
 def loop_with_env(config):
@@ -59,6 +62,7 @@ def test_credentials_reach_the_workers_only_when_forwarded_and_are_written_nowhe
     driver has other ones, planted."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIARAYTFPLANTED")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PLANTED)
+    monkeypatch.setenv("FSSPEC_HTTP", NESTED)
     storage = f"s3://{s3.make_bucket('shared-creds')}/runs"
     own = run(storage, "own")
     forwarded = run(storage, "forwarded", forward_credentials=True)
@@ -67,6 +71,8 @@ def test_credentials_reach_the_workers_only_when_forwarded_and_are_written_nowhe
     assert {r["env"]["AWS_SECRET_ACCESS_KEY"] for r in forwarded.worker_results} == {
         digest(PLANTED)
     }
+    assert not any("FSSPEC_HTTP" in r["env"] for r in own.worker_results)
+    assert {r["env"].get("FSSPEC_HTTP") for r in forwarded.worker_results} == {digest(NESTED)}
     for result in (own, forwarded):  # both stored their checkpoints with what they held
         assert result.checkpoint is not None and result.checkpoint.endswith("step_000000016")
     assert cli(["status", f"{storage}/forwarded"]) == 0

@@ -90,7 +90,7 @@ def test_gpu_machines_must_declare_gpus_and_install_the_gpu_extra(tmp_path):
     assert problem.path == "available_node_types.gpu_spot.resources"
 
     def cpu_extra(doc):
-        doc["worker_setup_commands"] = ['pip install "raytf[cpu]"']
+        doc["worker_setup_commands"] = ['pip install -e "$HOME/raytf[cpu]"']
 
     (problem, _) = errors(variant(tmp_path, AWS, cpu_extra))
     assert "without the gpu extra" in problem.message

@@ -186,3 +186,41 @@ def test_a_jobs_own_variables_are_part_of_the_match(monkeypatch):
     assert kept.env_key({}) != job_a
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "a"}))
     assert kept.env_key({}) == job_a
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        # client_kwargs' secrets, one level down
+        ("FSSPEC_S3", '{"client_kwargs": {"aws_secret_access_key": "planted"}}'),
+        ("FSSPEC_S3", '{"client_kwargs": {"aws_session_token": "planted"}}'),
+        # an HTTP header, two levels down, and one named with dashes
+        ("FSSPEC_HTTP", '{"client_kwargs": {"headers": {"Authorization": "Bearer planted"}}}'),
+        ("FSSPEC_HTTPS", '{"headers": {"X-Api-Key": "planted"}}'),
+        ("FSSPEC_HTTP", '{"headers": {"Cookie": "session=planted"}}'),
+        # URL userinfo, in fsspec's JSON, in a per-argument variable, in any forwarded one
+        ("FSSPEC_S3", '{"client_kwargs": {"endpoint_url": "https://user:planted@store:9000"}}'),
+        ("FSSPEC_S3", '{"endpoints": ["s3://AKIA:planted@bucket"]}'),
+        ("FSSPEC_S3_ENDPOINT_URL", "https://user:planted@store:9000"),
+        ("AWS_ENDPOINT_URL", "http://planted-token@127.0.0.1:9000"),
+    ],
+)
+def test_credentials_nested_in_fsspec_values_stay_on_the_driver(name, value):
+    assert is_credential(name, value)
+    assert name not in worker_env({name: value})
+    assert credential_env({name: value}) == {name: value}  # forwarded only when asked
+    assert worker_env({name: value}, credentials=True)[name] == value
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("FSSPEC_S3", '{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}'),
+        ("FSSPEC_S3", '{"client_kwargs": {"region_name": "eu-west-1"}, "anon": false}'),
+        ("FSSPEC_S3", '{"config_kwargs": {"s3": {"addressing_style": "path"}}}'),
+        ("FSSPEC_S3_ENDPOINT_URL", "http://127.0.0.1:9000/path@v2"),
+    ],
+)
+def test_fsspec_settings_without_a_credential_still_reach_workers(name, value):
+    assert not is_credential(name, value)
+    assert worker_env({name: value})[name] == value

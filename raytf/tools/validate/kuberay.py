@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from raytf.tools.validate.rules import Problem, credentials, job_fits
+from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
 
 
 def check_kuberay(
@@ -22,15 +22,21 @@ def check_kuberay(
     base = "spec"
     if doc["kind"] == "RayJob":
         images = " ".join(_images(spec.get("rayClusterSpec") or {}))
-        if "raytf" not in str(spec.get("runtimeEnvYAML", "")) + images:
+        runtime_env = str(spec.get("runtimeEnvYAML", ""))
+        if "raytf" not in runtime_env + images:
             problems.append(
                 Problem(
                     path,
                     "spec.runtimeEnvYAML",
                     "nothing installs raytf for the job",
-                    'add pip: ["raytf[gpu]"] to runtimeEnvYAML, or use an image with raytf',
+                    "give runtimeEnvYAML a working_dir holding this checkout (make dist) and "
+                    "the pip list of cluster_configs/kuberay/runtime_env/gpu.yaml, or use "
+                    "an image with raytf",
                 )
             )
+        other = other_raytf_problem(path, "spec.runtimeEnvYAML", runtime_env)
+        if other is not None:
+            problems.append(other)
         if not spec.get("entrypoint"):
             problems.append(Problem(path, "spec.entrypoint", "no entrypoint", "add one"))
         spec = spec.get("rayClusterSpec") or {}

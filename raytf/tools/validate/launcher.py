@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from raytf.tools.validate.kuberay import check_kuberay
-from raytf.tools.validate.rules import Problem, credentials, job_fits
+from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
 
 _GPU_INSTANCE_PREFIXES = ("p2", "p3", "p4", "p5", "g4", "g5", "g6")  # NVIDIA GPU families
 
@@ -253,15 +253,21 @@ def _installs_raytf(path: str, config: dict, types: dict, head: str | None) -> l
     for name, (node, is_head) in nodes.items():
         cmds = " ".join(_commands(config, node, is_head))
         field = "head_setup_commands" if is_head else "worker_setup_commands"
+        extra = "cpu" if is_head else "gpu"
         if "raytf" not in cmds:
             problems.append(
                 Problem(
                     path,
                     field,
                     f"node type {name} does not install raytf",
-                    f"add `pip install 'raytf[{'cpu' if is_head else 'gpu'}]'` to {field}",
+                    f'add `python -m pip install -e "$HOME/raytf[{extra}]"` to {field} '
+                    "(file_mounts copies this checkout to ~/raytf)",
                 )
             )
+            continue
+        other = other_raytf_problem(path, field, cmds, f"node type {name}: ")
+        if other is not None:
+            problems.append(other)
             continue
         gpus = (node or {}).get("resources", {}).get("GPU", 0)
         if gpus and "gpu" not in cmds:
@@ -271,7 +277,7 @@ def _installs_raytf(path: str, config: dict, types: dict, head: str | None) -> l
                     field,
                     f"GPU node type {name} installs raytf without the gpu extra "
                     "(TensorFlow without CUDA would not see its GPUs)",
-                    "install 'raytf[gpu]' there",
+                    'install the gpu extra there ("$HOME/raytf[gpu]")',
                 )
             )
     return problems

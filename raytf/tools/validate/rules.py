@@ -103,3 +103,47 @@ def _env_entry_with_secret(doc: Any) -> bool:
         and bool(doc["value"])
         and bool(_CREDENTIAL_ENV.search(doc["name"]))
     )
+
+
+# -- which raytf an install command gets ------------------------------------------
+# PyPI's project named "raytf" (0.0.1, 2021) is not this one (raytf.DISTRIBUTION): a
+# requirement of that name installs it. A path ("$HOME/raytf[gpu]", "./raytf") is a
+# checkout of this one, and `raytf status` a command, not a requirement.
+_NOT_BEFORE = r"(?<![\w/.$~{}-])"
+_RAYTF_REQUIREMENT = re.compile(
+    _NOT_BEFORE + r"raytf(\[[^\]\n]*\]|(==|>=|<=|~=|!=|===)[^\s'\",\]]*)", re.IGNORECASE
+)
+_PIP_INSTALL = re.compile(r"\bpip3?\s+install\b([^\n;&|`)]*)")
+_PIP_LIST = re.compile(r"""\bpip["']?\s*:""")
+_BARE_NAME = re.compile(r"""^["']?raytf["']?$""", re.IGNORECASE)
+_LIST_ITEM = re.compile(r"""^\s*-\s*["']?raytf["']?\s*$""", re.IGNORECASE | re.MULTILINE)
+_QUOTED_NAME = re.compile(r"""["']raytf["']""", re.IGNORECASE)
+
+
+def pypi_raytf(text: str) -> list[str]:
+    """Where ``text`` (a command, a config, a doc) asks for the distribution named raytf:
+    ``raytf[gpu]``, ``raytf==0.1``, ``pip install raytf``, a runtime env's
+    ``"pip": ["raytf"]``. Each hit as written."""
+    hits = [m.group(0) for m in _RAYTF_REQUIREMENT.finditer(text)]
+    for m in _PIP_INSTALL.finditer(text):
+        hits += [arg for arg in m.group(1).split() if _BARE_NAME.match(arg)]
+    for line in text.splitlines():
+        if _PIP_LIST.search(line):
+            hits += _QUOTED_NAME.findall(line)
+    hits += [m.group(0).strip() for m in _LIST_ITEM.finditer(text)]
+    return hits
+
+
+def other_raytf_problem(path: str, field: str, text: str, who: str = "") -> Problem | None:
+    """``who`` (a node type's name) starts the message where one field serves several."""
+    found = pypi_raytf(text)
+    if not found:
+        return None
+    return Problem(
+        path,
+        field,
+        f"{who}{found[0]} installs PyPI's project named raytf, which is not this raytf",
+        'install this checkout (pip install -e "$HOME/raytf[gpu]" after file_mounts '
+        "copies it) or ship it in the job's working_dir; this project's distribution is "
+        "raytf-mwms",
+    )
