@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from raytf.compat import DISTRIBUTION as DISTRIBUTION  # pip's name: another raytf is on PyPI
+
 __version__ = "0.1.0"
-# The distribution's name (pip's); the import name is raytf. PyPI's project named
-# "raytf" (0.0.1, 2021) is another one: no command of ours installs that name.
-DISTRIBUTION = "raytf-mwms"
 
 _EXPORTS = {
     "Callback": "raytf.driver.callbacks",

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 from raytf.errors import DependencyError
 
+# The distribution's name (pip's); the import name is raytf. PyPI's project named
+# "raytf" (0.0.1, 2021) is another one: no command of ours installs that name.
+DISTRIBUTION = "raytf-mwms"
+
 # Package -> the major.minor release raytf's workarounds were checked against.
 SUPPORTED = {"tensorflow": "2.21", "keras": "3.15", "ray": "2.60"}
 

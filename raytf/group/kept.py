@@ -52,7 +52,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raytf import DISTRIBUTION
+from raytf.compat import DISTRIBUTION
 from raytf.group.actors import import_time_env, kill_actor, without_credentials, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.worker.actor import RaytfWorker

@@ -35,7 +35,7 @@ from typing import Any
 
 import fsspec
 
-from raytf import DISTRIBUTION
+from raytf.compat import DISTRIBUTION
 from raytf.errors import ConfigError
 
 logger = logging.getLogger("raytf")
