@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from raytf.checkpoint import model_out, snapshot, structure
+from raytf.checkpoint import model_out, rank_local, snapshot, structure
 from raytf.checkpoint.copy_cadence import Cadence, agree_through_kv
 from raytf.checkpoint.emergency import LastStep
 from raytf.checkpoint.host_copy import HostCopy
@@ -32,6 +32,7 @@ from raytf.checkpoint.restore import (
     rng_raw,
     rng_state,
     set_rng_state,
+    with_seed_states,
 )
 from raytf.checkpoint.schedule import SaveSchedule
 from raytf.checkpoint.writer import CheckpointWriter
@@ -115,6 +116,8 @@ class WorkerCheckpointer:
         if self.ckpt is not None:
             raise RuntimeError("restore() was already called in this worker")
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="raytf_step")
+        trackables = with_seed_states(trackables)
+        self._keep_rank_local(trackables)
         self.ckpt = tf.train.Checkpoint(raytf_step=self._step_var, **trackables)
         self._writer = CheckpointWriter(self.ckpt, trackables)
         self.schedule.last = 0
@@ -127,6 +130,24 @@ class WorkerCheckpointer:
             # replace the architecture they are exported with.
             self._write_architecture()
         return step
+
+    def _keep_rank_local(self, trackables: dict) -> None:
+        """Each rank's own values of the variables no reduction keeps equal
+        (``raytf.checkpoint.rank_local``), in its state file."""
+        variables = rank_local.unreduced(trackables) if self.world_size > 1 else []
+        if not variables:
+            return
+        size = rank_local.size_of(variables)
+        if size <= rank_local.LIMIT_BYTES:
+            kept = rank_local.RankLocal(variables)
+            self._extra[rank_local.KEY] = (kept.get, kept.set_)
+        elif self.rank == 0:
+            print(
+                f"[raytf] {len(variables)} variables each worker updates on its own "
+                f"({size / 2**20:.0f} MiB, e.g. {variables[0].path}) are kept as rank 0's "
+                "only: a resume gives every worker rank 0's values (not exact)",
+                flush=True,
+            )
 
     def _write_architecture(self) -> None:
         try:
@@ -167,8 +188,17 @@ class WorkerCheckpointer:
 
     def _apply_state(self, name: str, doc: dict) -> None:
         """This rank's state file (``name``: its own, or another rank's)."""
-        if name == f"state_rank{self.rank}.json":
+        own = name == f"state_rank{self.rank}.json"
+        if own:
             set_rng_state(doc)
+        elif rank_local.KEY in self._extra:
+            print(
+                f"[raytf] rank {self.rank}: its own values of the variables each worker "
+                "updates on its own (BatchNormalization's moving statistics unless "
+                "synchronized=True) were not in the checkpoint (the rank was lost before "
+                f"writing them, or is new): it resumes with those of {name} (not exact)",
+                flush=True,
+            )
         # Else a rank new since a resize, or one that died before an emergency
         # checkpoint: its RNG starts fresh; the state the group agrees on
         # (all-reduced metric accumulators) is another rank's.

@@ -55,6 +55,37 @@ def set_rng_state(doc: dict) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
 
 
+SEED_STATES = "raytf_seed_states"
+
+
+def with_seed_states(trackables: dict) -> dict:
+    """``trackables`` plus the state of every Keras ``SeedGenerator`` its layers draw from.
+
+    Keras 3's random layers (``Dropout``, ``RandomFlip``, ``RandomTranslation``, ...)
+    draw their seeds from a seed generator whose state is a variable outside
+    ``layer.weights`` and outside TensorFlow's checkpoint of the model (the generator is
+    not a TF trackable). Without it a resumed run draws the masks and flips the
+    uninterrupted run drew at step 0, not those of the step it resumes after: other
+    weights, silently. ``layer.variables`` is Keras's documented "all layer state,
+    including random seeds", so what it holds beyond ``weights`` is those states.
+    """
+    import keras
+
+    seen: set[int] = set()
+    states = []
+    for obj in trackables.values():
+        if not isinstance(obj, keras.layers.Layer):
+            continue
+        weights = {id(w) for w in obj.weights}
+        for v in obj.variables:
+            if id(v) not in weights and id(v) not in seen:
+                seen.add(id(v))
+                states.append(v)
+    if not states or SEED_STATES in trackables:
+        return trackables
+    return {**trackables, SEED_STATES: states}
+
+
 def build_optimizers(trackables: dict, strategy) -> None:
     """Keras 3 optimizers create their slots lazily; restoring needs them to exist."""
     import keras

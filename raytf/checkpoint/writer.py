@@ -19,16 +19,23 @@ def variables_signature(trackables: dict) -> tuple[int, ...] | None:
 
     Duck-typed (no TF import): a model, layer, optimizer or ``tf.Module`` lists
     its ``variables``; a single variable (``tf.Variable``, ``keras.Variable``)
-    has ``assign`` and ``shape``; anything else (a dataset iterator, a custom
+    has ``assign`` and ``shape``; a list of single variables (the Keras seed
+    generators' states) holds its length; anything else (a dataset iterator, a custom
     trackable) makes the writer stay eager.
     """
+
+    def one(obj) -> bool:
+        return hasattr(obj, "assign") and hasattr(obj, "shape")
+
     sig = []
     for obj in trackables.values():
         held = getattr(obj, "variables", None)
         if held is not None and not callable(held):
             sig.append(len(held))
-        elif hasattr(obj, "assign") and hasattr(obj, "shape"):
+        elif one(obj):
             sig.append(1)
+        elif isinstance(obj, list) and all(one(v) for v in obj):
+            sig.append(len(obj))
         else:
             return None
     return tuple(sig)

@@ -132,8 +132,9 @@ def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster
 
 
 # TensorFlow's idiom as written (no raytf callback, restore, initial_epoch or skip): a finite
-# dataset of 32 batches per epoch, checkpoints every 5 steps, so most fall in mid-epoch.
-PLAIN = ["--plain", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
+# dataset of 32 batches per epoch, checkpoints every 5 steps, so most fall in mid-epoch; a
+# seeded image model whose random layers (flip, translation, Dropout) draw at every step.
+PLAIN = ["--plain", "--augment", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
 PLAIN += ["--seed", str(SEED), "--checkpoint-every", "5", "--max-failures", "1"]
 PLAIN += ["--step-sleep", "0.05"]
 
@@ -141,7 +142,8 @@ PLAIN += ["--step-sleep", "0.05"]
 def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_env, storage):
     """SIGKILL at step 40 (epoch 2, batch 8) or a little later, in a fit with no raytf
     call in the loop: the same fit call resumes at the next batch, with the epoch's
-    metric accumulators, and ends with the uninterrupted run's weights and History."""
+    metric accumulators and the random layers' seed states, and ends with the
+    uninterrupted run's weights and History, bit for bit."""
     ref = JobRun(storage, "plain-ref", *PLAIN, env=cluster_env, job=FIT_JOB).start()
     rc, reference = ref.finish()
     assert rc == 0 and reference, ref.output()[-3000:]
@@ -169,6 +171,8 @@ def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_en
     assert summary["keras_history"] == reference["keras_history"]
     assert summary["history"] == reference["history"]
     assert summary["weights_digest"] == reference["weights_digest"]
+    # Every rank's, BatchNormalization's own moving statistics included.
+    assert summary["rank_digests"] == reference["rank_digests"]
 
 
 def test_a_ray_train_script_runs_with_only_its_imports_changed(cluster_env, storage):
