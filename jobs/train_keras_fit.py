@@ -155,7 +155,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, default=None, help="checkpoints to keep")
     p.add_argument("--score", default=None, help="keep the best checkpoints by this metric")
     p.add_argument("--score-order", default="min", choices=("min", "max"))
-    p.add_argument("--max-failures", type=int, default=0)
+    p.add_argument(
+        "--max-failures", type=int, default=None, help="default: raytf's (FailureConfig)"
+    )
     p.add_argument(
         "--emergency-every",
         type=int,

@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 
 from raytf.config_checks import (
     check_resources,
-    count_or_none,
     finite_number,
     is_count,
-    positive_or_none,
 )
 from raytf.errors import ConfigError
+
+# Where users (and Ray Train's names) find them: raytf.config is the one configuration import.
+from raytf.fault_config import (  # noqa: F401
+    DEFAULT_FAILURES_IN_A_ROW,
+    DEFAULT_KEEP,
+    CheckpointConfig,
+    FailureConfig,
+)
 from raytf.rundir.storage import join_run_dir
 from raytf.settings import Settings
 
@@ -144,122 +150,6 @@ class ScalingConfig:
     def replicas_per_worker(self) -> int:
         """MWMS replicas one worker adds: one per GPU it holds, one on CPU."""
         return max(1, self.gpus_per_worker) if self.use_gpu else 1
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """When the driver has every worker checkpoint, and how many committed ones to keep.
-
-    ``checkpoint_every_steps`` is decided by each worker from its step count
-    (no message needed, so it costs nothing); ``checkpoint_every_s`` is decided
-    by the driver, which then asks the group to save at the next step boundary.
-    Both may be set. ``num_to_keep`` counts committed checkpoints only.
-
-    ``async_save`` (the default) takes a snapshot of the state in host memory
-    at the agreed step and lets training go on while the files are written
-    and uploaded (``raytf.checkpoint.snapshot``); at most one save is being stored
-    at a time, and a checkpoint is committed only once every rank's part is
-    stored. ``async_save=False`` writes (and uploads) before the loop goes on,
-    through a traced save (``raytf.checkpoint.writer``).
-
-    ``checkpoint_score_attribute`` (a metric rank 0 reports) makes
-    ``num_to_keep`` keep the best checkpoints by it (``checkpoint_score_order``
-    ``"max"`` or ``"min"``) instead of the newest, as Ray Train does; the
-    newest is kept as well, since a restart resumes from it. A checkpoint's
-    score is the metric of rank 0's last report at or before its step.
-    ``Result.best_checkpoints`` lists them, best first. At the end of a run
-    that named its Keras model (``ctx.restore(model=...)``), the chief writes
-    ``model/model.keras``, and ``model/saved_model`` when
-    ``export_saved_model``.
-
-    ``refuse_nonfinite``: the chief checks its trainable weights at each save
-    (one reduction) and the driver does not commit a checkpoint holding NaN or
-    Inf, which could otherwise push good checkpoints out of ``num_to_keep``.
-    """
-
-    num_to_keep: int | None = None
-    checkpoint_every_steps: int | None = None
-    checkpoint_every_s: float | None = None
-    async_save: bool = True
-    checkpoint_score_attribute: str | None = None
-    checkpoint_score_order: str = "max"
-    export_saved_model: bool = False
-    refuse_nonfinite: bool = True
-
-    def __post_init__(self) -> None:
-        positive_or_none("CheckpointConfig.num_to_keep", self.num_to_keep, integer=True)
-        positive_or_none(
-            "CheckpointConfig.checkpoint_every_steps", self.checkpoint_every_steps, integer=True
-        )
-        positive_or_none("CheckpointConfig.checkpoint_every_s", self.checkpoint_every_s)
-        for fname in ("async_save", "export_saved_model", "refuse_nonfinite"):
-            if not isinstance(getattr(self, fname), bool):
-                raise ConfigError(
-                    f"CheckpointConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
-                )
-        attr = self.checkpoint_score_attribute
-        if attr is not None and (not isinstance(attr, str) or not attr):
-            raise ConfigError(
-                f"CheckpointConfig.checkpoint_score_attribute = {attr!r}: "
-                "must be the name of a reported metric"
-            )
-        if self.checkpoint_score_order not in ("max", "min"):
-            raise ConfigError(
-                f"CheckpointConfig.checkpoint_score_order = {self.checkpoint_score_order!r}: "
-                "must be 'max' or 'min'"
-            )
-
-
-@dataclass(frozen=True)
-class FailureConfig:
-    """How failures are handled. ``max_failures=-1`` retries without limit.
-
-    Infrastructure failures (a worker or node dies, a collective breaks, a
-    worker hangs) restart the whole group from the latest committed
-    checkpoint. A plain exception in user code is a bug: retrying it only
-    repeats it, so it is raised unless ``retry_user_errors`` is set.
-    ``hang_timeout_s``: no progress of any kind for that long (an optimizer
-    step raytf sees itself, a ``step_end``, a report or heartbeat) ends the
-    attempt as hung. ``phase_timeout_s`` replaces it during a phase silent by
-    nature (start-up to the first step, a restore, a save, ``evaluate``, or
-    ``raytf.slow_phase`` without a limit of its own: ``raytf.worker.liveness``).
-    ``unresponsive_timeout_s`` catches a stopped or deadlocked process sooner:
-    workers answer polls on a thread of their own, so a busy loop still
-    answers within milliseconds. ``standby_workers`` keeps a spare process per
-    worker with TensorFlow imported, so a restart skips the 5-7 s import.
-    ``emergency_checkpoint``: when a worker dies, the others' state at the last
-    step they copied is committed before the restart (``raytf.checkpoint.emergency``
-    says where it cannot). ``emergency_every_steps``: how often they copy it;
-    None measures the copy in the run and takes it every step where it costs at
-    most 1 % of a step, else as seldom as keeps it there (a SIGKILL then redoes
-    fewer steps than that; ``raytf.checkpoint.copy_cadence``); 1: every step, nothing
-    completed redone, whatever the copy costs.
-    """
-
-    max_failures: int = 0
-    retry_user_errors: bool = False
-    hang_timeout_s: float = 120.0
-    unresponsive_timeout_s: float = 5.0
-    phase_timeout_s: float | None = 1800.0
-    standby_workers: bool = True
-    emergency_checkpoint: bool = True
-    emergency_every_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        m = self.max_failures
-        if isinstance(m, bool) or not isinstance(m, int) or m < -1:
-            raise ConfigError(
-                f"FailureConfig.max_failures = {m!r}: must be an integer >= 0, or -1 for no limit"
-            )
-        for fname in ("retry_user_errors", "standby_workers", "emergency_checkpoint"):
-            if not isinstance(getattr(self, fname), bool):
-                raise ConfigError(
-                    f"FailureConfig.{fname} = {getattr(self, fname)!r}: must be a bool"
-                )
-        count_or_none("FailureConfig.emergency_every_steps", self.emergency_every_steps)
-        positive_or_none("FailureConfig.hang_timeout_s", self.hang_timeout_s)
-        positive_or_none("FailureConfig.unresponsive_timeout_s", self.unresponsive_timeout_s)
-        positive_or_none("FailureConfig.phase_timeout_s", self.phase_timeout_s)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

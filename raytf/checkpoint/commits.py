@@ -31,6 +31,10 @@ from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 
+# raytf's own interval, when the config sets none: the first save a minute in, then
+# 100 times the last save's seconds, at least every 30 minutes.
+CHOSEN_MIN_S = 60.0
+CHOSEN_MAX_S = 1800.0
 COMMIT_TRIES = 5  # a manifest write: tried at polls 1, 2, 4 and 8 s apart, then given up
 
 
@@ -242,7 +246,7 @@ class CheckpointCommits:
         self._requested_at = None
         self._unwritten = {s: v for s, v in self._unwritten.items() if s > ckpt.step}
         try:
-            order, keep = self.config.checkpoint_score_order, self.config.num_to_keep
+            order, keep = self.config.checkpoint_score_order, self.config.keep
             removed = prune(self.storage, keep, self.scores(), order, self.bad, self.kept)
         except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
             logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
@@ -278,9 +282,22 @@ class CheckpointCommits:
         self._committed(ckpt)
         return ckpt, f"ranks {sorted(answers)} at step {step}"
 
+    @property
+    def every_s(self) -> float | None:
+        """Seconds between timed saves: the config's, or raytf's choice when it set no
+        interval (``CheckpointConfig.chosen_interval``): 100 times what the last save
+        took (about 1 % of the time), within [CHOSEN_MIN_S, CHOSEN_MAX_S]."""
+        if self.config.checkpoint_every_s is not None:
+            return self.config.checkpoint_every_s
+        if not self.config.chosen_interval:
+            return None
+        if not self.save_seconds:
+            return CHOSEN_MIN_S
+        return min(CHOSEN_MAX_S, max(CHOSEN_MIN_S, 100 * self.save_seconds[-1]))
+
     def time_due(self, now: float) -> bool:
-        """True once per ``checkpoint_every_s``; the caller asks the group to save."""
-        every = self.config.checkpoint_every_s
+        """True once per ``every_s``; the caller asks the group to save."""
+        every = self.every_s
         if every is None:
             return False
         if self._requested_at is not None and now - self._requested_at < every:

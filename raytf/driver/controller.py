@@ -39,7 +39,7 @@ from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
 from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.failure_actions import emergency_checkpoint, root_cause
-from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, classify
+from raytf.driver.failure_policy import Decision, Failure, FailurePolicy, failures_in_a_row
 from raytf.driver.hang_report import explain_hang
 from raytf.driver.listeners import Listeners
 from raytf.driver.outcome import RunRecord, build_result
@@ -119,7 +119,7 @@ class Controller(PollIntake):
         self.group: Group | None = None
         self.pool: Pool | None = None
         fc = run_config.failure_config
-        self.use_standbys = fc.standby_workers and fc.max_failures != 0
+        self.use_standbys = fc.standby_workers and fc.recovers
         self.use_emergency = self.policy.uses_emergency(ray_data=bool(self.data.datasets))
         self._standbys_asked = False
         self.port_retries = 0
@@ -319,7 +319,7 @@ class Controller(PollIntake):
         if isinstance(reason.cause, CheckpointRestoreError) and self.ckpts.latest:
             self.ckpts.mark_bad(self.ckpts.latest.step, reason.cause.detail)
         counted = sum(1 for f in self.failures if f.kind.counts)
-        if self.policy.decide(reason, counted) is Decision.RETRY:
+        if self.policy.decide(reason, counted, failures_in_a_row(self.failures)) is Decision.RETRY:
             self.progress.message(self.policy.retry_line(reason, counted))
             return Next(State.SCHEDULING)
         self.error = reason.cause
@@ -349,7 +349,7 @@ class Controller(PollIntake):
 
     # -- failure ----------------------------------------------------------------
     def _on_failure(self, cause: BaseException) -> Next:
-        failure = Failure(classify(cause), cause, self.attempt)
+        failure = Failure.of(cause, self.attempt, self.ckpts.latest)
         self.failures.append(failure)
         self.status.add_failure(failure.attempt, failure.kind.value, cause, failure.at)
         self.events.emit("on_failure", failure.attempt, failure.kind.value, cause)

@@ -10,7 +10,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from raytf.config import FailureConfig
+from raytf.config import DEFAULT_FAILURES_IN_A_ROW, FailureConfig
 from raytf.errors import (
     CheckpointMismatchError,
     CheckpointRestoreError,
@@ -94,6 +94,12 @@ class Failure:
     cause: BaseException
     attempt: int
     at: float = field(default_factory=time.time)
+    committed: int | None = None  # the newest committed step when it happened
+
+    @classmethod
+    def of(cls, cause: BaseException, attempt: int, latest) -> Failure:
+        """``latest``: the newest committed checkpoint (or None) when it happened."""
+        return cls(classify(cause), cause, attempt, committed=latest.step if latest else None)
 
     def describe(self) -> str:
         return f"attempt {self.attempt}: {self.kind.value}: {self.cause}"
@@ -112,28 +118,83 @@ class FailurePolicy:
         """Whether workers keep a step's state for an emergency checkpoint: not with Ray
         Data input, whose shards resume at epoch boundaries only."""
         fc = self.config
-        return fc.emergency_checkpoint and fc.max_failures != 0 and not ray_data
+        return fc.emergency_checkpoint and fc.recovers and not ray_data
 
-    def decide(self, failure: Failure, failures_so_far: int) -> Decision:
-        """``failures_so_far`` counts this one too (if it counts)."""
+    def decide(self, failure: Failure, failures_so_far: int, in_a_row: int = 1) -> Decision:
+        """``failures_so_far`` counts this one too (if it counts); ``in_a_row``: this one
+        and those just before it with no new committed checkpoint between
+        (``failures_in_a_row``), what the default bound counts."""
         if failure.kind is FailureKind.RESTORE:
             return Decision.RETRY
         if failure.kind is FailureKind.USER_ERROR and not self.config.retry_user_errors:
             return Decision.RAISE
         if failure.kind in (FailureKind.DEPENDENCY, FailureKind.MISMATCH):
             return Decision.RAISE  # every attempt would meet the same install, the same model
-        if self.config.max_failures == -1 or failures_so_far <= self.config.max_failures:
+        limit = self.config.max_failures
+        if limit is None:
+            return Decision.RETRY if in_a_row <= DEFAULT_FAILURES_IN_A_ROW else Decision.RAISE
+        if limit == -1 or failures_so_far <= limit:
             return Decision.RETRY
         return Decision.RAISE
 
     def retry_line(self, failure: Failure, failures_so_far: int) -> str:
         """What the driver prints when it retries."""
         limit = self.config.max_failures
-        shown = "unlimited" if limit == -1 else str(limit)
-        return (
-            f"{failure.describe()} -> restarting the whole group "
-            f"(failure {failures_so_far} of {shown} allowed)"
+        if limit is None:
+            allowed = (
+                f"failure {failures_so_far}; up to {DEFAULT_FAILURES_IN_A_ROW} in a row "
+                "without a new checkpoint are retried"
+            )
+        else:
+            shown = "unlimited" if limit == -1 else str(limit)
+            allowed = f"failure {failures_so_far} of {shown} allowed"
+        return f"{failure.describe()} -> restarting the whole group ({allowed})"
+
+
+def protection_line(run_config) -> str:
+    """What protects this run, in one line at its start, with the setting that changes it."""
+    fc, cc = run_config.failure_config, run_config.checkpoint_config
+    if not fc.recovers:
+        recovery = "recovery off: a lost worker or node ends the run (FailureConfig.max_failures=0)"
+    else:
+        bound = {
+            None: f"up to {DEFAULT_FAILURES_IN_A_ROW} failures in a row without a new checkpoint",
+            -1: "without limit",
+        }.get(fc.max_failures, f"up to {fc.max_failures} failures")
+        recovery = (
+            f"a lost worker or node, or a hang, restarts the group from the newest "
+            f"checkpoint ({bound}; FailureConfig(max_failures=0) turns this off)"
         )
+        if fc.emergency_checkpoint:
+            recovery += ", the survivors' last step committed first"
+    if cc.chosen_interval:
+        saves = (
+            f"checkpoints at raytf's interval (about 1 % of the time, at least every "
+            f"30 min; the newest {cc.keep} kept; CheckpointConfig sets your own)"
+        )
+    elif cc.checkpoint_every_steps is None and cc.checkpoint_every_s is None:
+        saves = "checkpoints only when asked (CheckpointConfig.default_interval=False)"
+    else:
+        every = [f"{cc.checkpoint_every_steps} steps"] if cc.checkpoint_every_steps else []
+        every += [f"{cc.checkpoint_every_s:g} s"] if cc.checkpoint_every_s else []
+        kept = f"the newest {cc.keep} kept" if cc.keep else "all kept"
+        saves = f"checkpoints every {' or '.join(every)} ({kept})"
+    return f"protection: {recovery}; {saves}"
+
+
+def failures_in_a_row(failures: list[Failure]) -> int:
+    """The last failure and those just before it that met the same newest committed
+    checkpoint: a run that commits between failures is making progress."""
+    counted = [f for f in failures if f.kind.counts]
+    if not counted:
+        return 0
+    last = counted[-1].committed
+    n = 0
+    for f in reversed(counted):
+        if f.committed != last:
+            break
+        n += 1
+    return n
 
 
 def failure_message(error: BaseException, failures: list[Failure]) -> str:

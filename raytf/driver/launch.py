@@ -23,6 +23,7 @@ from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import DataFeed
 from raytf.driver import ray_lines
 from raytf.driver.controller import Controller
+from raytf.driver.failure_policy import protection_line
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
 from raytf.driver.run_dir_hold import hold_run_dir
@@ -100,6 +101,7 @@ def make_controller(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
     )
     progress.message(f"{what} {run_config.name} in {run_config.run_dir}")
+    progress.message(protection_line(run_config))
     data = DataFeed(spec.datasets, spec.scaling.global_batch_size)
     data.check(spec.scaling.max_workers, progress.message)
     data.fetch_schemas()

@@ -28,6 +28,7 @@ Session with the same ``RunConfig.name`` to continue from its last checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import threading
@@ -127,10 +128,15 @@ class Session:
         scaling.require_fixed_size(
             "a Session", "keeps one group of a fixed size (resizing restarts it)"
         )
-        if run_config.failure_config.max_failures != 0:
+        fc = run_config.failure_config
+        if fc.max_failures is None:  # raytf's default: a Session never restarts its group
+            run_config = dataclasses.replace(
+                run_config, failure_config=dataclasses.replace(fc, max_failures=0)
+            )
+        elif fc.max_failures != 0:
             raise ConfigError(
                 "a Session does not restart its group on failure (its user would lose track of "
-                "the model's state): leave FailureConfig.max_failures at 0 and reopen the "
+                "the model's state): leave FailureConfig.max_failures unset (or 0) and reopen the "
                 "Session with the same RunConfig.name to continue from its last checkpoint"
             )
         self.scaling = scaling

@@ -134,9 +134,9 @@ def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster
 # TensorFlow's idiom as written (no raytf callback, restore, initial_epoch or skip): a finite
 # dataset of 32 batches per epoch, checkpoints every 5 steps, so most fall in mid-epoch; a
 # seeded image model whose random layers (flip, translation, Dropout) draw at every step.
-PLAIN = ["--plain", "--augment", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
-PLAIN += ["--seed", str(SEED), "--checkpoint-every", "5", "--max-failures", "1"]
-PLAIN += ["--step-sleep", "0.05"]
+PROGRAM = ["--plain", "--augment", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
+PROGRAM += ["--seed", str(SEED), "--step-sleep", "0.05"]
+PLAIN = [*PROGRAM, "--checkpoint-every", "5", "--max-failures", "1"]
 
 
 def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_env, storage):
@@ -172,6 +172,16 @@ def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_en
     assert summary["history"] == reference["history"]
     assert summary["weights_digest"] == reference["weights_digest"]
     # Every rank's, BatchNormalization's own moving statistics included.
+    assert summary["rank_digests"] == reference["rank_digests"]
+
+    # Nothing configured but the storage: raytf's defaults recover, exactly, all the same.
+    run = JobRun(storage, "plain-defaults", *PROGRAM, env=cluster_env, job=FIT_JOB)
+    rc, summary = run.finish_after_killing(1, step=40)
+    assert rc == 0 and summary, run.output()[-3000:]
+    assert summary["attempts"] == 2 and summary["steps"] == 96
+    restored = {int(m) for m in re.findall(r"restored step (\d+)", run.output())}
+    assert len(restored) == 1 and 0 < min(restored) <= 96, run.output()[-3000:]
+    assert summary["keras_history"] == reference["keras_history"]
     assert summary["rank_digests"] == reference["rank_digests"]
 
 

@@ -98,9 +98,11 @@ def test_coordinator_commits_when_all_ranks_report_and_forgets_dead_attempts(sto
 
 
 def test_a_commit_costs_the_same_storage_calls_with_200_checkpoints_kept(storage, monkeypatch):
-    """A week-long run keeps every checkpoint (no ``num_to_keep``): its 200th commit and
-    prune must ask the store no more than its 5th (before, one lookup per checkpoint)."""
-    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=2)
+    """A week-long run keeps every checkpoint (an interval of its own, no ``num_to_keep``):
+    its 200th commit and prune must ask the store no more than its 5th (before, one lookup
+    per checkpoint)."""
+    config = CheckpointConfig(checkpoint_every_steps=10)
+    coord = CheckpointCommits(storage, config, world_size=2)
     calls = []
     for name in ("exists", "listdir", "size", "read_json", "write_atomic", "remove"):
         real = getattr(storage, name)

@@ -197,11 +197,23 @@ def test_user_error_ends_the_run_with_rank_and_traceback(tmp_path):
     assert FakeGroup.created[0].shut
 
 
-def test_dead_worker_ends_the_run_without_retries(tmp_path):
+def test_dead_worker_ends_the_run_without_retries_when_recovery_is_off(tmp_path):
     polls = [[WorkerPoll(0, RUNNING, []), WorkerDiedError(1, "actor died")]]
-    ctrl = make_controller(tmp_path, {"polls": polls})
+    ctrl = make_controller(tmp_path, {"polls": polls}, failure_config=FailureConfig(max_failures=0))
     with pytest.raises(TrainingFailedError, match="rank 1 died"):
         ctrl.run()
+    assert len(FakeGroup.created) == 1
+
+
+def test_by_default_a_crash_loop_stops_after_three_retries_without_a_checkpoint(tmp_path):
+    """Nothing configured: a dead worker is retried, and a fourth death in a row with no
+    new committed checkpoint between ends the run, listing all four."""
+    polls = [[WorkerPoll(0, RUNNING, []), WorkerDiedError(1, f"death {i}")] for i in range(4)]
+    ctrl = make_controller(tmp_path, {"polls": polls})
+    with pytest.raises(TrainingFailedError, match="rank 1 died: death 3") as info:
+        ctrl.run()
+    assert len(FakeGroup.created) == 4 and FakeGroup.polls == []
+    assert "failures (4)" in str(info.value)
 
 
 def test_dead_worker_restarts_the_whole_group_and_counts(tmp_path):
