@@ -52,6 +52,9 @@ class Settings:
     storage_path: str = _env(
         "RAYTF_STORAGE_PATH", str, os.path.join(os.path.expanduser("~"), "raytf_results")
     )
+    # A local storage path that every node mounts (NFS, a cluster file system): allowed on
+    # a cluster whose autoscaler can add nodes (raytf.group.shared_storage).
+    storage_shared: bool = _env("RAYTF_STORAGE_SHARED", bool, False)
     # The autoscaler's node types, when not on a head made by `ray up`.
     autoscaler_config: str | None = _env("RAYTF_AUTOSCALER_CONFIG", str, None)
     # `raytf local`: its state file, and how long one simulated node may take to start.

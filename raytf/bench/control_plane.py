@@ -53,8 +53,8 @@ class LiteWorker(RaytfWorker):
 
 
 class LitePool(WorkerPool):
-    def __init__(self, scaling: ScalingConfig, *, run_name: str, placement_group=None, env=None):
-        super().__init__(scaling, run_name=run_name, placement_group=placement_group, env=env)
+    def __init__(self, scaling: ScalingConfig, **kwargs):
+        super().__init__(scaling, **kwargs)
         self._actor_cls = ray.remote(LiteWorker)
 
 

@@ -54,6 +54,7 @@ from raytf.driver.watchdog import Watchdog
 from raytf.errors import (
     CheckpointRestoreError,
     CheckpointStorageError,
+    ConfigError,
     DataShardError,
     PlacementTimeoutError,
     PortClashError,
@@ -211,7 +212,7 @@ class Controller(PollIntake):
         self._standbys_asked = False
         try:
             size = self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
-        except PlacementTimeoutError as exc:
+        except (PlacementTimeoutError, ConfigError) as exc:  # ConfigError: storage unshared
             return self._fail(exc)
         self.world_size = size.workers
         self._execute(self.resizer.placed(size, self.pool.lost_nodes))

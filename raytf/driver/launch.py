@@ -27,11 +27,17 @@ from raytf.driver.failure_policy import protection_line
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
 from raytf.driver.run_dir_hold import hold_run_dir
-from raytf.errors import ConfigError
 from raytf.group.actors import credential_env
-from raytf.group.cluster import ensure_ray, unshared_nodes
+from raytf.group.autoscaler import adds_machines
+from raytf.group.cluster import ensure_ray
 from raytf.group.feasibility import check_cluster, check_data_room
 from raytf.group.pool import WorkerPool
+from raytf.group.shared_storage import (
+    SharedStorageCheck,
+    autoscaled_error,
+    not_shared_error,
+    unshared_nodes,
+)
 from raytf.rundir.storage import check_storage, is_local
 from raytf.settings import Settings
 
@@ -85,18 +91,15 @@ def make_controller(
     ray_lines.install()  # Ray's teardown notes off the screen (kept in Ray's own logs)
     check_cluster(spec.scaling)
     check_data_room(spec.scaling, list(spec.datasets))
-    if is_local(run_config.run_dir):
+    local = is_local(run_config.run_dir)
+    if local and not settings.storage_shared and adds_machines():
+        raise autoscaled_error(run_config.storage_path)
+    if local:
         unshared = unshared_nodes(run_config.run_dir, spec.scaling.worker_resources())
         if unshared:
-            raise ConfigError(
-                f"RunConfig.storage_path = {run_config.storage_path!r} is a local path, and "
-                "not the same storage on every node: the chief writes checkpoint files on "
-                "its node while the driver commits them from this one, so every restart "
-                "would begin from step 0. "
-                + "; ".join(unshared)
-                + ". Use a shared mount (NFS, a cluster filesystem) at the same path on "
-                "every node, or an object store (s3://bucket/path, gs://...)"
-            )
+            raise not_shared_error(run_config.storage_path, unshared)
+        check = SharedStorageCheck(run_config.run_dir, run_config.storage_path)
+        pool_cls = functools.partial(pool_cls, storage_check=check)
     progress = Progress(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr
     )

@@ -59,13 +59,28 @@ def reports_node_types(status: dict) -> bool:
     return any(not name.startswith(READ_ONLY_TYPE_PREFIX) for name in names)
 
 
-def node_types() -> dict[str, dict] | None:
-    """The autoscaling config's worker node types, or None when no config is at hand."""
+def _config() -> dict | None:
     path = Settings.from_env().autoscaler_config or os.path.expanduser(BOOTSTRAP_CONFIG)
     try:
         with open(path) as f:
-            config = yaml.safe_load(f) or {}
+            return yaml.safe_load(f) or {}
     except (OSError, yaml.YAMLError):
+        return None
+
+
+def adds_machines() -> bool:
+    """Can an autoscaler bring machines this cluster never had (a cloud's, KubeRay's, the
+    fake multinode one)? Not Ray's ``local`` provider: its machines are the listed ones."""
+    if not autoscaler_running():
+        return False
+    provider = ((_config() or {}).get("provider") or {}).get("type")
+    return provider != "local"
+
+
+def node_types() -> dict[str, dict] | None:
+    """The autoscaling config's worker node types, or None when no config is at hand."""
+    config = _config()
+    if config is None:
         return None
     types = config.get("available_node_types") or {}
     head = config.get("head_node_type")

@@ -46,8 +46,12 @@ class WorkerPool:
         run_name: str,
         placement_group=None,
         env: dict[str, str] | None = None,
+        storage_check: Callable[[set[str]], None] | None = None,
     ):
         self.scaling = scaling
+        # A local run directory: checked on the nodes each attempt's workers are placed on
+        # (raytf.group.shared_storage); raises ConfigError where one does not share it.
+        self.storage_check = storage_check
         self.env = dict(env or {})  # the run's own worker variables (LoggingConfig)
         self.run_name = run_name
         self.bundle = scaling.worker_resources()
@@ -82,6 +86,8 @@ class WorkerPool:
         self.active, size = self.slots.place(timeout_s, on_wait, self._usable)
         placed = self.slots.placed()
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
+        if self.storage_check is not None:
+            self.storage_check(set(self._slot_nodes.values()))
         return size
 
     def _usable(self, placed: dict[int, str]) -> list[int]:

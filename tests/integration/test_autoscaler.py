@@ -10,6 +10,8 @@ import time
 import pytest
 import yaml
 
+from raytf.checkpoint.layout import committed
+from raytf.rundir.storage import Storage
 from raytf.tools.local.cluster import LocalCluster
 
 from .jobrun import JOB, ROOT
@@ -48,14 +50,31 @@ def active_workers(cluster) -> int:
     return sum(int(line.split()[0]) for line in active.splitlines() if "ray.worker." in line)
 
 
-def test_autoscaler_adds_nodes_for_the_group_and_removes_them_after(autoscaling_cluster, tmp_path):
+def test_autoscaler_adds_nodes_for_the_group_and_removes_them_after(
+    autoscaling_cluster, tmp_path, s3
+):
+    """A local path is refused up front (nodes the autoscaler adds would keep checkpoints
+    on disks of their own); the same job on the loopback S3 scales up, trains, and the
+    idle nodes go away after."""
     assert active_workers(autoscaling_cluster) == 0
     cmd = [sys.executable, JOB, "--workers", "2", "--use-gpu", "--steps", "32"]
-    cmd += ["--storage", str(tmp_path), "--name", "scale"]
-    proc = subprocess.run(
-        cmd, env=env_for(autoscaling_cluster), capture_output=True, text=True, timeout=300
+    local = subprocess.run(
+        [*cmd, "--storage", str(tmp_path), "--name", "local"],
+        env=env_for(autoscaling_cluster),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
+    assert local.returncode != 0 and "whose autoscaler can add nodes" in local.stderr
+    assert "RAYTF_STORAGE_SHARED=1" in local.stderr and "s3://" in local.stderr
+    assert active_workers(autoscaling_cluster) == 0  # refused before asking for nodes
+    # The fake nodes hold no credentials of their own: the run forwards the driver's.
+    env = dict(env_for(autoscaling_cluster), **s3.env, RAYTF_FORWARD_CREDENTIALS="1")
+    bucket = f"s3://{s3.make_bucket('raytf-autoscaled')}/runs"
+    cmd += ["--storage", bucket, "--name", "scale", "--checkpoint-every", "16"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert committed(Storage(f"{bucket}/scale")) == [16, 32]  # the nodes' writes, in the bucket
     assert "waiting for 2 x {CPU: 1, GPU: 1} (asked the autoscaler)" in proc.stderr
     assert '"digests_agree": true' in proc.stdout
 
@@ -70,10 +89,9 @@ def test_group_no_node_type_can_hold_fails_at_once(autoscaling_cluster, tmp_path
     cmd = [sys.executable, JOB, "--workers", "5", "--use-gpu", "--steps", "8"]
     cmd += ["--batch-size", "160"]  # splits over 5: the error must be the cluster's
     cmd += ["--storage", str(tmp_path), "--name", "never"]
+    env = dict(env_for(autoscaling_cluster), RAYTF_STORAGE_SHARED="1")  # one disk: it is
     t0 = time.monotonic()
-    proc = subprocess.run(
-        cmd, env=env_for(autoscaling_cluster), capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "counting every node the autoscaler could add" in proc.stderr
     assert "ray.worker.gpu" in proc.stderr
