@@ -77,6 +77,7 @@ class CheckpointPlan:
     failure_interval_s: float | None = None  # the run's seconds between restarts so far
     refuse_nonfinite: bool = True  # the chief checks its weights at every save
     saved_model: bool = False  # the final model as a SavedModel too
+    attempt: int = 1  # which attempt of the run this is (what its ranks agree was before it)
 
 
 @dataclass(frozen=True)

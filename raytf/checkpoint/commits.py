@@ -160,6 +160,7 @@ class CheckpointCommits:
             failure_interval_s=between,
             refuse_nonfinite=self.config.refuse_nonfinite,
             saved_model=self.config.export_saved_model,
+            attempt=max(1, self._attempts),
         )
 
     def restore_point(self) -> CommittedCheckpoint | None:

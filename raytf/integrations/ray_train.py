@@ -30,6 +30,7 @@ script may switch to them later, line by line.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -106,7 +107,15 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     storage = _storage()
     name = next_name(storage.listdir(CHECKPOINTS))
     storage.upload_tree(checkpoint.path, CHECKPOINTS, name)
-    storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)  # whole, or the previous one
+    # The checkpoint this attempt started from stays named: the other ranks' get_checkpoint.
+    before = _read_latest(storage)
+    if before is None:
+        start = None
+    elif before["attempt"] == ctx.attempt:
+        start = before["start"]
+    else:
+        start = before["name"]
+    _write_latest(storage, name, ctx.attempt, start)  # whole, or the previous one
 
 
 def next_name(names: list[str]) -> str:
@@ -116,13 +125,30 @@ def next_name(names: list[str]) -> str:
     return f"checkpoint_{max(numbers, default=-1) + 1:06d}"
 
 
-def latest_checkpoint(run_dir: str) -> Checkpoint | None:
-    storage = Storage(run_dir)
+def _read_latest(storage: Storage) -> dict | None:
+    """``LATEST``: the newest reported checkpoint's name, the attempt that reported it, and
+    the one that attempt started from (a plain name: a seed, or an older run's file)."""
     if not storage.exists(CHECKPOINTS, LATEST):
         return None
     with storage.fs.open(storage.path(CHECKPOINTS, LATEST), "r") as f:
-        name = f.read().strip()
-    return Checkpoint(storage.url(CHECKPOINTS, name))
+        text = f.read().strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {"name": text, "attempt": 0, "start": text}
+    return doc if isinstance(doc, dict) else {"name": text, "attempt": 0, "start": text}
+
+
+def _write_latest(storage: Storage, name: str, attempt: int, start: str | None) -> None:
+    doc = {"name": name, "attempt": attempt, "start": start}
+    storage.write_atomic(json.dumps(doc).encode(), CHECKPOINTS, LATEST)
+
+
+def latest_checkpoint(run_dir: str) -> Checkpoint | None:
+    """The newest checkpoint reported in the run (by any attempt), or None."""
+    storage = Storage(run_dir)
+    doc = _read_latest(storage)
+    return None if doc is None else Checkpoint(storage.url(CHECKPOINTS, doc["name"]))
 
 
 def get_dataset_shard(name: str) -> RayDataIterator:
@@ -143,8 +169,19 @@ def prepare_dataset_shard(tf_dataset_shard: Any) -> Any:
 
 
 def get_checkpoint() -> Checkpoint | None:
-    """The latest checkpoint reported in this run (by an earlier attempt too), or None."""
-    return latest_checkpoint(_raytf_context().run_dir)
+    """The checkpoint this attempt starts from: the newest an earlier attempt (or run)
+    reported, the same on every rank however late a rank asks; once rank 0 reports in
+    this attempt, rank 0 gets its own newest (Ray's "latest reported"), the other ranks
+    still the attempt's start, so no rank loads a state the others did not."""
+    ctx = _raytf_context()
+    storage = Storage(ctx.run_dir)
+    doc = _read_latest(storage)
+    if doc is None:
+        return None
+    name = doc["name"]
+    if doc["attempt"] == ctx.attempt and ctx.rank != 0:
+        name = doc["start"]
+    return None if name is None else Checkpoint(storage.url(CHECKPOINTS, name))
 
 
 def _as_set(value: str | list[str]) -> set[str]:
@@ -332,4 +369,4 @@ def _seed(run_dir: str, checkpoint: Checkpoint) -> None:
     name = "checkpoint_000000"
     with checkpoint.as_directory() as local:
         storage.upload_tree(local, CHECKPOINTS, name)
-    storage.write_atomic(name.encode(), CHECKPOINTS, LATEST)
+    _write_latest(storage, name, 0, name)

@@ -298,6 +298,7 @@ class RaytfWorker:
             host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
             node_leader=local_rank == 0,
             refuse_nonfinite=ckpt.refuse_nonfinite,
+            attempt=ckpt.attempt,
         )
         self._checkpointer = self._host.checkpointer
         self._start_watchers(self._checkpointer)

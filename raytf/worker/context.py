@@ -98,8 +98,10 @@ class TrainContext:
         buffer: _ReportBuffer,
         checkpointer: Any = None,
         shards: dict[str, Any] | None = None,
+        attempt: int = 1,
     ):
         self.strategy = strategy
+        self.attempt = attempt  # the run's attempt this context belongs to (1, 2, ...)
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank

@@ -46,6 +46,7 @@ class RankHost:
         saved_model: bool,
         shards: dict | None = None,
         on_part: Callable[[CheckpointPart], None] | None = None,
+        attempt: int = 1,
         **checkpointer: Any,
     ) -> TrainContext:
         """Make the rank's checkpointer (``checkpointer``: ``WorkerCheckpointer``'s
@@ -72,6 +73,7 @@ class RankHost:
             buffer=self.buffer,
             checkpointer=self.checkpointer,
             shards=shards,
+            attempt=attempt,
         )
         _set_context(self.context)
         return self.context

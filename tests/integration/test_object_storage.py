@@ -246,5 +246,6 @@ def test_a_saved_model_checkpoint_comes_back_whole_from_the_loopback_s3(s3, tmp_
         with open(path, "rb") as a, open(os.path.join(copy, rel), "rb") as b:
             assert a.read() == b.read(), rel
     x = np.arange(6, dtype="float32").reshape(2, 3)
-    served = stored.get_model().serve(x).numpy()
+    loaded = stored.get_model()  # held: its functions read the variables it owns
+    served = loaded.serve(x).numpy()
     np.testing.assert_allclose(served, model.predict(x, verbose=0), rtol=1e-6)

@@ -187,3 +187,60 @@ def test_a_reported_checkpoint_never_takes_a_name_that_exists():
     assert ray_train.next_name([]) == "checkpoint_000000"
     names = ["checkpoint_000000", "checkpoint_000002", "latest.txt", "checkpoint_x"]
     assert ray_train.next_name(names) == "checkpoint_000003"  # 000001 went: a count collides
+
+
+def test_every_rank_of_an_attempt_starts_from_the_same_checkpoint_however_late_it_asks(
+    tmp_path,
+):
+    """Rank 0 may report before rank 1's loop asks for its checkpoint: rank 1 still gets
+    what the attempt started from (a newer one would make the ranks load different
+    states); the next attempt starts, on every rank, from the newest reported."""
+    from raytf.worker import context as contexts
+
+    run_dir = str(tmp_path / "run")
+    reported = tmp_path / "reported"
+    reported.mkdir()
+
+    def as_rank(rank: int, attempt: int):
+        contexts._set_context(
+            contexts.TrainContext(
+                strategy=None,
+                rank=rank,
+                world_size=2,
+                local_rank=rank,
+                node_ip="127.0.0.1",
+                config={},
+                run_dir=run_dir,
+                buffer=contexts._ReportBuffer(),
+                attempt=attempt,
+            )
+        )
+
+    def seen() -> str | None:
+        checkpoint = ray_train.get_checkpoint()
+        return None if checkpoint is None else os.path.basename(checkpoint.path)
+
+    def report(text: str) -> None:
+        (reported / "epoch.txt").write_text(text)
+        ray_train.report({"step": 1}, checkpoint=ray_train.Checkpoint(str(reported)))
+
+    try:
+        as_rank(0, 1)
+        assert seen() is None
+        report("attempt 1")
+        assert seen() == "checkpoint_000000"  # rank 0: the latest it reported
+        as_rank(1, 1)
+        assert seen() is None  # the attempt started from nothing
+        as_rank(1, 2)
+        assert seen() == "checkpoint_000000"
+        as_rank(0, 2)
+        report("attempt 2")
+        report("attempt 2, later")
+        assert seen() == "checkpoint_000002"
+        as_rank(1, 2)
+        assert seen() == "checkpoint_000000"
+        as_rank(1, 3)
+        with ray_train.get_checkpoint().as_directory() as d:
+            assert open(os.path.join(d, "epoch.txt")).read() == "attempt 2, later"
+    finally:
+        contexts._set_context(None)
