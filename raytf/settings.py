@@ -77,6 +77,9 @@ class Settings:
     # the next run's warm start (raytf.group.kept); 0 keeps none. They exit after
     # keep_idle_s without a run.
     keep_processes: int = _env("RAYTF_KEEP_PROCESSES", int, 0)
+    # Standby workers (FailureConfig.standby_workers) start once an attempt has trained
+    # this long: each costs a TensorFlow import (5-7 s of a core) and ~0.7 GB.
+    standby_after_s: float = _env("RAYTF_STANDBY_AFTER_S", float, 30.0)
     keep_idle_s: float = _env("RAYTF_KEEP_IDLE_S", float, 600.0)
     # One driver per run directory (raytf.rundir.lease): its heartbeat, and the age at
     # which another driver takes a lease over (at once when the holder's process, on

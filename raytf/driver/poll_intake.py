@@ -69,8 +69,11 @@ class PollIntake:
             self.status.recoveries_s = [round(r, 3) for r in self.watchdog.recoveries_s]
             self.status.resumed_at.append(time.time())
             self.progress.message(f"resumed at step {step}, {took:.1f} s after the restart began")
-        if self.use_standbys and not self._standbys_asked:
-            # Spares start importing TF now that training runs, not during start-up.
+        trained_s = now - (self.watchdog.first_step_at or now)
+        due = trained_s >= self.settings.standby_after_s
+        if self.use_standbys and not self._standbys_asked and due:
+            # Spares start importing TF once training has run a while, not during start-up:
+            # a short run, or an attempt that fails at once, pays for no spare processes.
             self._standbys_asked = True
             self.pool.add_standbys()
 

@@ -23,6 +23,7 @@ class Watchdog:
         self.config = config
         self.last_progress = now
         self.last_step: int | None = None
+        self.first_step_at: float | None = None  # this attempt's first step, on this clock
         self._restart_began: float | None = None
         self._restored_step = 0
         self.recoveries_s: list[float] = []
@@ -34,6 +35,7 @@ class Watchdog:
     def attempt_started(self, now: float, restored_step: int) -> None:
         self.last_progress = now
         self.last_step = None
+        self.first_step_at = None
         self._restored_step = restored_step
         self.phases = {}
 
@@ -50,6 +52,8 @@ class Watchdog:
         """Rank 0 reached ``step``. Returns the recovery time if this is the first resumed step."""
         if step == self.last_step:
             return None
+        if self.first_step_at is None:
+            self.first_step_at = now
         self.last_step = step
         self.last_progress = now
         if self._restart_began is not None and step > self._restored_step:

@@ -118,7 +118,7 @@ def report(rank, step, loss):
     return Report(rank, {"step": step, "loss": loss}, 64, float(step))
 
 
-FAST = Settings(poll_interval_s=0, collateral_grace_s=0, grow_check_interval_s=0)
+FAST = Settings(poll_interval_s=0, collateral_grace_s=0, grow_check_interval_s=0, standby_after_s=0)
 
 
 def make_controller(tmp_path, script, n=2, failure_config=None, settings=FAST, **kwargs):
@@ -236,6 +236,27 @@ def test_dead_worker_restarts_the_whole_group_and_counts(tmp_path):
     assert [g.shut for g in FakeGroup.created] == [True, False]
     assert ctrl.pool.standbys == 2  # spares asked for once per attempt, after it ran
     assert len(ctrl.watchdog.recoveries_s) == 1
+
+
+def test_standbys_wait_until_the_attempt_has_trained_a_while(tmp_path):
+    """A run that ends (or fails) within ``standby_after_s`` of its first step pays for no
+    spare processes; one that trains on past it asks for them once."""
+    for after_s, asked in ((1000.0, 0), (25.0, 1)):
+        FakeGroup.created = []
+        polls = [running(s, s) for s in range(1, 6)]
+        polls.append([WorkerPoll(r, FINISHED, [], result=r) for r in range(2)])
+        ticks = iter(range(0, 10_000, 10))  # every reading of the clock is 10 s later
+        ctrl = make_controller(
+            tmp_path / str(after_s),
+            {"polls": polls},
+            settings=dataclasses.replace(FAST, standby_after_s=after_s),
+            clock=lambda ticks=ticks: float(next(ticks)),
+        )
+        nxt = Next(State.SCHEDULING)
+        while not nxt.state.is_terminal:
+            nxt = ctrl._step(nxt)
+        assert nxt.state is State.FINISHED
+        assert ctrl.pool.standbys == asked, after_s
 
 
 def test_second_failure_beyond_max_failures_lists_both(tmp_path):
