@@ -128,7 +128,10 @@ def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
     assert summary["weights_digest"] == reference["weights_digest"]
     assert summary["history"] == reference["history"]
-    assert "restored step 16" in run.output()
+    # An epoch end, where the callback's loop resumes: 16, or 32 when the driver's state
+    # (written once a second) showed step 22 late and the kill came after that commit.
+    restored = {int(m) for m in re.findall(r"restored step (\d+)", run.output())}
+    assert restored in ({16}, {32}), run.output()[-3000:]
 
 
 # TensorFlow's idiom as written (no raytf callback, restore, initial_epoch or skip): a finite

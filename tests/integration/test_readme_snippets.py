@@ -30,6 +30,7 @@ N = 2
 def make_model():
     from raytf.data.synthetic import NUM_CLASSES, NUM_FEATURES
 
+    keras.utils.set_random_seed(0)  # the same start every run: the loss curve is a fixture
     return keras.Sequential([
         keras.Input((NUM_FEATURES,)),
         keras.layers.Dense(16, activation="relu"),
@@ -91,15 +92,19 @@ def test_the_examples_run_as_written(ray_cluster, storage, monkeypatch):
 
     assert len(ran) == 4, [b[:60] for b, _, _ in ran]
     (_, custom, _), (_, _, fit_runs), (_, keras_result, _), (_, _, session_runs) = ran
-    # The custom loop: every step ran on 2 workers and the loss fell.
+    # The custom loop: every step ran on 2 workers and the loss fell by a clear margin. The
+    # example is seeded, so its curve is the same every run: measured 1.482 -> 0.725 (0.49
+    # of the first report) here, twice; 0.6 leaves room for another CPU's rounding only.
     losses = [m["loss"] for m in custom.metrics_history]
-    assert custom.metrics["step"] == 64 and losses[-1] < losses[0]
+    assert custom.metrics["step"] == 64 and losses[-1] < 0.6 * losses[0], losses
     assert custom.worker_results == [{"anything": "picklable"}] * 2
     # TF's model.fit idiom: a run of its own that finished.
     assert list(fit_runs.values()) == ["FINISHED"]
-    # KerasTrainer: Keras's history, one entry per epoch, loss falling.
+    # KerasTrainer: Keras's history, one entry per epoch, loss falling. ``make_model`` is
+    # seeded: measured 1.851 -> 1.771 (0.957) here, twice, at 8 steps an epoch.
     history = keras_result.history
-    assert len(history["accuracy"]) == 2 and history["loss"][1] < history["loss"][0]
+    assert len(history["accuracy"]) == 2
+    assert history["loss"][1] < 0.98 * history["loss"][0], history["loss"]
     # The session: its weights on the driver, its checkpoint committed in "explore".
     assert [w.shape for w in ns["weights"]] == [(32, 16), (16,), (16, 4), (4,)]
     assert "explore" in session_runs
