@@ -156,6 +156,7 @@ class ProbeReport:
 
     failed: frozenset[str]  # features of the probes that said no
     notes: tuple[str, ...]  # one line each, for the driver's screen
+    versions: tuple[tuple[str, str], ...] = ()  # (package, version) of each probed package
 
     def ok(self, probe: Probe) -> bool:
         return probe.feature not in self.failed
@@ -176,4 +177,29 @@ def run_probes(probes: tuple[Probe, ...] = PROBES) -> ProbeReport:
             )
         failed.add(probe.feature)
         notes.append(f"{probe.feature}: {why}; {probe.fallback}")
-    return ProbeReport(frozenset(failed), tuple(notes))
+    versions = tuple((p, installed(p)) for p in sorted({probe.package for probe in probes}))
+    return ProbeReport(frozenset(failed), tuple(notes), versions)
+
+
+def disagreement(reports: list[ProbeReport], where: list[str]) -> DependencyError | None:
+    """The error to stop a group with when its ranks' probes took different paths, or
+    None. Ranks that fall back differently (one saves asynchronously, one not; one
+    patches Keras's fit, one not) would run different collectives and hang, so a
+    group runs only when every rank made rank 0's decisions. ``where``: each rank's
+    node, for the message."""
+    if all(r.failed == reports[0].failed for r in reports):
+        return None
+    lines = [
+        f"rank {rank} on {node}: "
+        + ", ".join(f"{p} {v}" for p, v in report.versions)
+        + f" (falls back: {', '.join(sorted(report.failed)) or 'nothing'})"
+        for rank, (report, node) in enumerate(zip(reports, where))
+    ]
+    return DependencyError(
+        "the workers' nodes hold different versions, and raytf would take different paths "
+        "on them: " + "; ".join(lines) + f". Install {_pins()} on every node"
+    )
+
+
+def _pins() -> str:
+    return ", ".join(f"{package}=={release}.*" for package, release in SUPPORTED.items())

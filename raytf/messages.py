@@ -36,6 +36,15 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class SetupReply:
+    """A worker's answer once its MWMS exists: the replicas in sync, and the probes of
+    the private APIs raytf uses (``raytf.compat.ProbeReport``), compared across ranks."""
+
+    replicas: int
+    probes: Any
+
+
+@dataclass(frozen=True)
 class Report:
     """One call of ``report`` on one worker."""
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from raytf import compat
 from raytf.config import ScalingConfig
 from raytf.errors import (
     DependencyError,
@@ -83,10 +84,14 @@ class WorkerGroup:
             actor.setup.remote(tf_config_json(addresses, rank), impl)
             for rank, actor in enumerate(self.actors)
         ]
-        replicas = self._get_all(refs, timeout_s, "create the strategy")
+        replies = self._get_all(refs, timeout_s, "create the strategy")
         logger.debug("strategy created in %.3f s", time.monotonic() - t0)
+        where = [f"{info.hostname} ({info.node_ip})" for info in self.infos]
+        error = compat.disagreement([r.probes for r in replies], where)
+        if error is not None:
+            raise error
         self.timeline.mark("group_created")
-        return replicas[0]
+        return replies[0].replicas
 
     def _get_all(self, refs: list, timeout_s: float, what: str) -> list:
         deadline = time.monotonic() + timeout_s

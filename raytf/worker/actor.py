@@ -43,6 +43,7 @@ from raytf.messages import (
     Command,
     Reply,
     Report,
+    SetupReply,
     ShardEpoch,
     WorkerInfo,
     WorkerPoll,
@@ -232,12 +233,13 @@ class RaytfWorker:
             gpu_ids=self._gpu_ids,
         )
 
-    def setup(self, tf_config: str, communication: str) -> int:
-        """Create MWMS; blocks until every peer has joined. Returns replicas in sync."""
+    def setup(self, tf_config: str, communication: str) -> SetupReply:
+        """Create MWMS; blocks until every peer has joined. Returns replicas in sync and
+        the probes' answers (the driver checks that every rank's are rank 0's)."""
         try:
             replicas = self._tf.submit(self._make_strategy, tf_config, communication).result()
             self._times.stamp("strategy_created")
-            return replicas
+            return SetupReply(replicas, self._compat)
         except Exception as exc:  # noqa: BLE001 - classify, then re-raise
             if is_port_clash(f"{type(exc).__name__}: {exc}"):
                 raise PortClashError(f"rank {self.rank}: {exc}") from None

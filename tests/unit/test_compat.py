@@ -132,3 +132,16 @@ def test_a_restores_optimizer_slots_are_made_without_a_broadcast_only_under_mwms
     monkeypatch.setattr(unbroadcast, "_enabled", False)  # its probe failed
     with unbroadcast.locally(strategy):
         assert "_get_variable_creator_initial_value" not in vars(ext)
+
+
+def test_ranks_that_would_take_different_paths_stop_the_group_naming_each_node(monkeypatch):
+    same = compat.run_probes(patches.PROBES)
+    assert compat.disagreement([same, same], ["a (10.0.0.1)", "b (10.0.0.2)"]) is None
+    monkeypatch.setattr(compat, "installed", lambda p: "2.20.0" if p == "tensorflow" else "9")
+    older = compat.run_probes(patches.PROBES)
+    error = compat.disagreement([same, older], ["a (10.0.0.1)", "b (10.0.0.2)"])
+    assert isinstance(error, DependencyError)
+    text = str(error)
+    assert "rank 0 on a (10.0.0.1): keras 3.15" in text and "falls back: nothing" in text
+    assert "rank 1 on b (10.0.0.2): keras 9, ray 9, tensorflow 2.20.0" in text
+    assert compat.SNAPSHOT.feature in text.split("rank 1")[1]

@@ -81,33 +81,84 @@ def no_global_seed():
     ],
 )
 def test_inputs_whose_order_differs_after_a_restart_are_named(make, found):
-    why = why_not_exact(make().batch(4), reiterated=True)
+    why = why_not_exact(make().batch(4))
     assert why is not None and found in why, why
 
 
 def test_a_global_seed_makes_an_unseeded_shuffle_repeat_itself():
     tf.random.set_seed(7)
-    assert why_not_exact(ds().shuffle(8, reshuffle_each_iteration=False), reiterated=True) is None
+    assert why_not_exact(ds().shuffle(8, reshuffle_each_iteration=False)) is None
 
 
 def test_deterministic_inputs_are_exact():
     seeded_once = ds().shuffle(8, seed=1, reshuffle_each_iteration=False).batch(4)
     stateless = ds().map(lambda x: x + tf.cast(tf.random.stateless_uniform([], [1, 2]), tf.int64))
     for dataset in (ds().batch(4), seeded_once, stateless.batch(4).prefetch(2)):
-        assert why_not_exact(dataset, reiterated=True) is None
-    # One iterator for the whole call: a seeded reshuffle repeats the same way.
-    assert why_not_exact(ds().shuffle(8, seed=1).repeat(), reiterated=False) is None
+        assert why_not_exact(dataset) is None
+    # A seeded reshuffle in a stream too: a resume makes more passes than the run did.
+    assert "reshuffle_each_iteration=True" in why_not_exact(ds().shuffle(8, seed=1).repeat())
 
 
 def test_fits_input_is_classified_as_keras_reads_it():
     assert classify(ds(64).batch(8), None) == InputKind(EPOCHS, None, 8)
     assert classify(ds(64).batch(8).repeat(), 5) == InputKind(STREAM, None, 5)
+    reshuffled = classify(ds(64).shuffle(8, seed=1).batch(8).repeat(), 5)
+    assert reshuffled.restart_note == reshuffled.why_not_exact  # an epoch start is not exact
     unknown = classify(ds(64).filter(lambda x: x > 3).batch(8), None)
     assert unknown.mode == EPOCHS and unknown.steps is None and unknown.why_not_exact is None
     finite_with_steps = classify(ds(64).batch(8), 4)
     assert "steps_per_epoch with a dataset of finite length" in finite_with_steps.why_not_exact
     arrays = classify([[1.0]], None)
-    assert arrays.why_not_exact == "the input is a list, not a tf.data.Dataset"
+    assert arrays.why_not_exact == "the input is arrays (list), not a tf.data.Dataset"
+    assert arrays.steps is None
+
+
+def test_each_input_form_keeps_its_steps_per_epoch_and_names_what_a_restart_changes(
+    monkeypatch,
+):
+    import keras
+    import numpy as np
+
+    from raytf.worker.fit import input_forms
+
+    monkeypatch.setattr(input_forms, "_tf_seed", lambda: None)  # whatever ran before
+
+    class Plain(keras.utils.PyDataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return np.full((2, 1), i, "float32"), np.zeros((2,), "float32")
+
+    class Reshuffled(Plain):
+        def on_epoch_end(self):
+            pass
+
+    x = np.zeros((8, 1), "float32")
+    cases = {  # input, steps_per_epoch, shuffle -> the restart note's start (None: exact)
+        "arrays shuffled, no seed": (x, None, True, "fit(shuffle=True) on arrays"),
+        "arrays in order": (x, None, False, None),
+        "arrays, fewer steps": (x, 2, False, "steps_per_epoch=2 on arrays"),
+        "generator": ((b for b in range(3)), 3, False, "the input is a Python generator"),
+        "PyDataset shuffled": (Plain(), None, True, "fit(shuffle=True) on a PyDataset"),
+        "PyDataset in order": (Plain(), None, False, None),
+        "PyDataset, fewer steps": (Plain(), 4, False, "steps_per_epoch=4 of a PyDataset"),
+        "PyDataset changed at epoch ends": (Reshuffled(), None, False, "Reshuffled.on_epoch"),
+    }
+    for name, (data, steps, shuffle, note) in cases.items():
+        kind = classify(data, steps, shuffle)
+        assert kind.mode == EPOCHS and kind.steps == steps, name
+        assert kind.why_not_exact.endswith("not a tf.data.Dataset"), name
+        assert (
+            (kind.restart_note or None) is None
+            if note is None
+            else (kind.restart_note.startswith(note))
+        ), (name, kind.restart_note)
+    monkeypatch.setattr(input_forms, "_tf_seed", lambda: 0)  # orders the same on every run
+    assert classify(x, None, True).restart_note is None
+    # Every resumed call keeps the call's own steps_per_epoch (a generator's epochs end).
+    generator = classify((b for b in range(3)), 24, False)
+    assert resume_calls(Position(0, 1, 0, 24), 3, generator) == [Call(0, 1, 3, None, 0)]
 
 
 def test_a_mid_epoch_checkpoint_with_an_input_that_cannot_resume_there_is_refused():
@@ -152,3 +203,27 @@ def test_callbacks_see_one_training_and_the_interrupted_epochs_batch_numbers():
         spliced.on_train_batch_end(0)
         spliced.on_train_end()
     assert seen == ["begin", 5, 0, "end"]
+
+
+def test_a_resumed_call_keeps_the_steps_per_epoch_the_program_gave():
+    """The generator case that trained without end: the resumed call dropped
+    ``steps_per_epoch``, so its first epoch was the infinite generator itself."""
+    import inspect
+
+    def fit(self, x=None, epochs=1, steps_per_epoch=None, initial_epoch=0, callbacks=None):
+        pass
+
+    def endless():
+        while True:
+            yield 0
+
+    bound = inspect.signature(fit).bind(None, endless(), epochs=3, steps_per_epoch=24)
+    kind = classify(bound.arguments["x"], 24, False)
+    (call,) = resume_calls(Position(0, 1, 0, 24), 3, kind)
+    out = fit_resume._call_args(bound, call, [], kind)
+    assert (out.arguments["steps_per_epoch"], out.arguments["initial_epoch"]) == (24, 1)
+    stream = InputKind(STREAM, None, 8)
+    first, _ = resume_calls(Position(0, 1, 5, 13), 3, stream)
+    bound = inspect.signature(fit).bind(None, ds(64).repeat(), epochs=3, steps_per_epoch=8)
+    out = fit_resume._call_args(bound, first, [], stream)
+    assert out.arguments["steps_per_epoch"] == 3  # the stream's rest of the epoch

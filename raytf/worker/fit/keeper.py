@@ -19,6 +19,8 @@ from typing import Any
 
 import keras
 
+from raytf.checkpoint.restore import rng_state
+from raytf.worker.fit import callback_state
 from raytf.worker.fit.metric_state import MetricState
 from raytf.worker.fit.position import InputKind, Position
 
@@ -51,6 +53,7 @@ class Keeper(keras.callbacks.Callback):
         tracked: bool,
         saved: dict | None,
         step: int,
+        user_callbacks: list = (),
     ):
         super().__init__()
         self.ctx = ctx
@@ -64,6 +67,9 @@ class Keeper(keras.callbacks.Callback):
         self._saved_metrics = (saved or {}).get("metrics") if at.batch else None
         self._metric_state: MetricState | None = None
         self._pending = False
+        self.user_callbacks = list(user_callbacks)
+        self.rng_after: dict | None = None  # Python's and NumPy's RNGs as the call ended
+        self._saved_callbacks = (saved or {}).get("callbacks")
         # The run's global step, counted here batch by batch from where the run stands
         # (``ctx.last_step``): never ``optimizer.iterations``, which a recompile resets,
         # a loss-scale optimizer skips and gradient accumulation divides.
@@ -78,7 +84,10 @@ class Keeper(keras.callbacks.Callback):
             "batch": self.batch,
             "drawn": self.drawn,
             "epochs": [[e, logs] for e, logs in self.epochs_logs],
+            "callbacks": callback_state.capture(self.user_callbacks),
         }
+        if self.rng_after is not None:
+            doc["rng_after"] = self.rng_after
         if self.batch:  # an epoch's start resets them: nothing to keep
             doc["metrics"] = self._metrics().capture()
         return doc
@@ -93,6 +102,12 @@ class Keeper(keras.callbacks.Callback):
 
     # -- Keras's hooks ------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
+        # Last in the list: the user's callbacks have just reset themselves.
+        if self._saved_callbacks is not None:
+            for line in callback_state.restore(self.user_callbacks, self._saved_callbacks):
+                if self.ctx.is_chief:
+                    print(f"[raytf] {line}", flush=True)
+            self._saved_callbacks = None
         epochs = (self.params or {}).get("epochs")
         if self.steps and epochs:
             left = (int(epochs) - self.epoch) * self.steps - self.batch
@@ -110,9 +125,12 @@ class Keeper(keras.callbacks.Callback):
             self.ctx.step_end(self.step, resumable=self.exact)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self.step += 1
-        self.batch += 1
-        self.drawn += 1
+        # ``batch`` is the last batch of the execution (the spliced list adds the
+        # epoch's offset): with ``steps_per_execution`` > 1 one call covers several.
+        done = max(int(batch) + 1 - self.batch, 1)
+        self.step += done
+        self.batch += done
+        self.drawn += done
         self._pending = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
@@ -128,5 +146,10 @@ class Keeper(keras.callbacks.Callback):
         self.ctx.heartbeat()  # fit's validation is work, not a hang
 
     def finished(self, epochs: int) -> None:
-        """The call returned: a save after it holds a place with nothing left to run."""
+        """The call returned: a save after it holds a place with nothing left to run, and
+        the RNGs' state at this moment. A restart skips this call, then runs again
+        what the program did after it (building a second model, say); a checkpoint
+        taken later holds the RNGs of that later moment, which would shift every draw
+        the program makes again: the call's return puts back these."""
         self.epoch, self.batch, self._pending = max(self.epoch, int(epochs)), 0, False
+        self.rng_after = rng_state()

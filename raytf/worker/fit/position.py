@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from raytf.worker.fit.input_forms import other_input
+
 EPOCHS, STREAM = "epochs", "stream"
 
 # Ops whose output differs from one run (or one iterator) to the next.
@@ -61,6 +63,8 @@ class InputKind:
     mode: str  # EPOCHS or STREAM
     why_not_exact: str | None  # None: any step can be resumed exactly
     steps: int | None  # steps per epoch, when known before the epoch ends
+    # Why even a resume at an epoch's start is not exact (``input_forms``), or None.
+    restart_note: str | None = None
 
 
 def resume_calls(at: Position, epochs: int, kind: InputKind) -> list[Call]:
@@ -80,31 +84,31 @@ def resume_calls(at: Position, epochs: int, kind: InputKind) -> list[Call]:
     return calls
 
 
-def classify(x: Any, steps_per_epoch: int | None) -> InputKind:
-    """How ``fit(x, steps_per_epoch=...)`` reads ``x``."""
+def classify(x: Any, steps_per_epoch: int | None, shuffle: Any = False) -> InputKind:
+    """How ``fit(x, steps_per_epoch=..., shuffle=...)`` reads ``x``."""
     import tensorflow as tf
 
     if not isinstance(x, tf.data.Dataset):
-        what = type(x).__name__
-        return InputKind(EPOCHS, f"the input is a {what}, not a tf.data.Dataset", steps_per_epoch)
+        why, note = other_input(x, steps_per_epoch, shuffle)
+        return InputKind(EPOCHS, why, steps_per_epoch, note)
     card = int(x.cardinality())
+    why = why_not_exact(x)  # what makes a resume's batches others, at an epoch start too
     if steps_per_epoch is None:
         steps = card if card >= 0 else None
-        return InputKind(EPOCHS, why_not_exact(x, reiterated=True), steps)
+        return InputKind(EPOCHS, why, steps, why)
     if card == tf.data.INFINITE_CARDINALITY:
-        return InputKind(STREAM, why_not_exact(x, reiterated=False), int(steps_per_epoch))
+        return InputKind(STREAM, why, int(steps_per_epoch), why)
     why = (
         "steps_per_epoch with a dataset of finite length: Keras keeps one iterator across "
         "epochs and restarts it when it runs out; repeat() the dataset, or leave "
         "steps_per_epoch out"
     )
-    return InputKind(STREAM, why, int(steps_per_epoch))
+    return InputKind(STREAM, why, int(steps_per_epoch), why)
 
 
-def why_not_exact(dataset: Any, reiterated: bool) -> str | None:
+def why_not_exact(dataset: Any) -> str | None:
     """Why ``dataset.skip(n)`` after a restart might not give the batches the run would
-    have got, or None. ``reiterated``: every epoch builds a new iterator (a per-iteration
-    reshuffle then gives epoch ``e`` another order than the first).
+    have got, or None.
 
     It walks the pipeline's Python objects and reads only its functions' graphs: the
     dataset's own serialized graph would hold every in-memory array as a constant
@@ -118,7 +122,7 @@ def why_not_exact(dataset: Any, reiterated: bool) -> str | None:
         if id(ds) in seen:
             continue
         seen.add(id(ds))
-        why = _stage_issue(ds, reiterated)
+        why = _stage_issue(ds)
         if why:
             return why
         try:
@@ -128,16 +132,21 @@ def why_not_exact(dataset: Any, reiterated: bool) -> str | None:
     return None
 
 
-def _stage_issue(ds: Any, reiterated: bool) -> str | None:
+def _stage_issue(ds: Any) -> str | None:
     """What in one stage of the pipeline (TF's dataset classes, read by their fields)."""
     if hasattr(ds, "_reshuffle_each_iteration"):  # a shuffle
         seeds = [int(getattr(ds, name, 0) or 0) for name in ("_seed", "_seed2")]
         if seeds == [0, 0]:
             return "shuffle() without a seed: its order differs on every run"
-        if reiterated and bool(ds._reshuffle_each_iteration):
+        if bool(ds._reshuffle_each_iteration):
+            # Measured: a stream resumed with skip() trained on other batches. Each pass
+            # draws its order from a seed generator its dataset's iterators share, and a
+            # resume makes more passes than the run did (Keras's first look at the data,
+            # the skip's own).
             return (
-                "shuffle(reshuffle_each_iteration=True) in a dataset read afresh each epoch: "
-                "after a restart the epoch's order would be the first epoch's"
+                "shuffle(seed=..., reshuffle_each_iteration=True): each pass over it draws "
+                "its order from a generator its iterators share, and a restart makes other "
+                "passes (reshuffle_each_iteration=False resumes exactly)"
             )
     if str(getattr(ds, "_deterministic", "")).lower() == "false":
         return f"{type(ds).__name__.lstrip('_')} with deterministic=False"

@@ -24,11 +24,15 @@ reports and checkpoints at epoch ends, as raytf's callback would.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from raytf.checkpoint.restore import set_rng_state
 from raytf.errors import ConfigError
+from raytf.worker.fit import callback_state
 from raytf.worker.fit.keeper import Keeper, strategy_of
-from raytf.worker.fit.position import Call, Position, classify, resume_calls
+from raytf.worker.fit.position import STREAM, Call, Position, classify, resume_calls
 
 STATE_NAME = "keras_fit"
 
@@ -118,7 +122,8 @@ def _say_untracked(worker: _Worker, model: Any, ctx: Any) -> None:
     why = "not built: start it with keras.Input" if not model.built else "another model"
     print(
         f"[raytf] rank {ctx.rank}: fit on a model raytf's checkpoints do not hold ({why}): "
-        "its steps are reported, not checkpointed",
+        "its steps are reported, not checkpointed, and after a restart it trains again "
+        "from its first epoch",
         flush=True,
     )
 
@@ -129,14 +134,20 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
 
     worker = _worker_of(ctx)
     model, args = bound.arguments["self"], bound.arguments
-    index, worker.calls = worker.calls, worker.calls + 1
+    user_callbacks = list(args.get("callbacks") or [])
+    callback_state.refuse_backup_and_restore(user_callbacks)
     tracked = _track(worker, model, args.get("x"), ctx)
     if not tracked:
         _say_untracked(worker, model, ctx)
-    _say_recompiled(worker, model, index, ctx)
+        index = -1  # its place is not the checkpoint's: it never takes a saved one
+    else:  # a place belongs to the tracked model's calls, counted apart from others'
+        index, worker.calls = worker.calls, worker.calls + 1
+        _say_recompiled(worker, model, index, ctx)
     epochs = int(args.get("epochs", 1))
-    kind = classify(args.get("x"), args.get("steps_per_epoch"))
-    saved, worker.saved = worker.saved, None
+    kind = classify(args.get("x"), args.get("steps_per_epoch"), args.get("shuffle", True))
+    saved = worker.saved if tracked else None
+    if tracked:
+        worker.saved = None
     if saved is not None and int(saved.get("call", 0)) > index:
         worker.saved = saved  # a later call's place: this one had finished
         print(
@@ -149,11 +160,19 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     if kind.why_not_exact and tracked and ctx.is_chief and not worker.inexact_said:
         worker.inexact_said = True  # once: a loop may call fit once per epoch
         print(f"[raytf] fit checkpoints at epoch ends only: {kind.why_not_exact}", flush=True)
+    if resumed is not None and kind.restart_note and at.drawn and ctx.is_chief:
+        print(
+            f"[raytf] fit call {index + 1} resumed at epoch {at.epoch + 1} (step "
+            f"{ctx.last_step}), not exact: {kind.restart_note}",
+            flush=True,
+        )
     calls = resume_calls(at, epochs, kind)
-    keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step)
+    if resumed is not None and not calls and resumed.get("rng_after"):
+        set_rng_state(resumed["rng_after"])  # as this call left them: what follows redraws
+    keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step, user_callbacks)
     verbose = args.get("verbose", "auto")
     callbacks = _Spliced(
-        [*(args.get("callbacks") or []), keeper],
+        [*user_callbacks, keeper],
         add_history=True,
         add_progbar=verbose != 0,
         verbose=verbose,
@@ -161,11 +180,13 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
         steps=kind.steps,
         model=model,
     )
-    worker.live = keeper  # kept after the call: a later save holds its end
+    if tracked:
+        worker.live = keeper  # kept after the call: a later save holds its end
     for n, call in enumerate(calls):
         callbacks.splice(call, first=n == 0, last=n == len(calls) - 1)
-        one = _call_args(bound, call, callbacks)
-        method(*one.args, **one.kwargs)
+        one = _call_args(bound, call, callbacks, kind)
+        with _averages_at_the_end_only(model, last=n == len(calls) - 1):
+            method(*one.args, **one.kwargs)
         if model.stop_training and n < len(calls) - 1:  # the callbacks' training ends here
             callbacks.splice(call, first=False, last=True)
             callbacks.on_train_end()
@@ -174,6 +195,23 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     history = model.history if calls else keras.callbacks.History()
     _prepend(history, keeper.restored_epochs)
     return history
+
+
+@contextlib.contextmanager
+def _averages_at_the_end_only(model: Any, last: bool) -> Iterator[None]:
+    """A resume splits one ``fit`` into calls, and Keras ends each with
+    ``finalize_variable_values``, which with ``use_ema=True`` overwrites the weights
+    with their moving averages: only the last call of the split may do that."""
+    optimizer = getattr(model, "optimizer", None)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's
+    if last or optimizer is None or not getattr(inner, "use_ema", False):
+        yield
+        return
+    optimizer.finalize_variable_values = lambda *_, **__: None
+    try:
+        yield
+    finally:
+        del optimizer.finalize_variable_values  # the class's method again
 
 
 def _place(resumed: dict | None, index: int, initial_epoch: int, kind: Any) -> Position:
@@ -190,17 +228,19 @@ def _place(resumed: dict | None, index: int, initial_epoch: int, kind: Any) -> P
     return at
 
 
-def _call_args(bound: Any, call: Call, callbacks: Any) -> Any:
-    """``bound`` with the input skipped and the epochs of ``call``."""
+def _call_args(bound: Any, call: Call, callbacks: Any, kind: Any) -> Any:
+    """``bound`` with the input skipped and the epochs of ``call``; ``steps_per_epoch``
+    stays the call's own unless the input is a stream read on across the split."""
     out = bound.signature.bind(*bound.args, **bound.kwargs)
     x = out.arguments.get("x")
     out.arguments.update(
         x=x.skip(call.skip) if call.skip else x,
         initial_epoch=call.initial_epoch,
         epochs=call.epochs,
-        steps_per_epoch=call.steps_per_epoch,
         callbacks=callbacks,
     )
+    if kind.mode == STREAM:
+        out.arguments["steps_per_epoch"] = call.steps_per_epoch
     return out
 
 
