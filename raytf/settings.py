@@ -32,73 +32,93 @@ def _env(name: str, kind: type, default, empty_is_value: bool = False):
 
 @dataclass(frozen=True)
 class Settings:
-    # The driver's loop: one poll of every worker per interval (each poll takes the
-    # worker's GIL, so keep them few).
+    """Every knob of raytf, each read from its ``RAYTF_*`` variable by ``from_env()``.
+
+    Each field's docstring is its meaning in the site's reference (generated from
+    this class: the variable, its type, its default and this text).
+    """
+
     poll_interval_s: float = _env("RAYTF_POLL_INTERVAL_S", float, 0.2)
-    # A port clash at start-up restarts the group on new ports this many times.
+    """The driver polls every worker once per interval (each poll takes the worker's GIL,
+    so keep them few)."""
     max_port_retries: int = _env("RAYTF_MAX_PORT_RETRIES", int, 3)
-    # After a broken collective, how long to wait for the poll naming its cause.
+    """A port clash at start-up restarts the group on new ports this many times."""
     collateral_grace_s: float = _env("RAYTF_COLLATERAL_GRACE_S", float, 1.0)
-    # How long the survivors of a dead worker may take to store an emergency checkpoint.
+    """After a broken collective, how long to wait for the poll naming its cause."""
     emergency_timeout_s: float = _env("RAYTF_EMERGENCY_TIMEOUT_S", float, 20.0)
-    # How often the driver asks Ray for draining nodes, and looks for room to grow.
+    """How long the survivors of a dead worker may take to store an emergency checkpoint."""
     drain_check_interval_s: float = _env("RAYTF_DRAIN_CHECK_INTERVAL_S", float, 1.0)
+    """How often the driver asks Ray for draining nodes."""
     grow_check_interval_s: float = _env("RAYTF_GROW_CHECK_INTERVAL_S", float, 2.0)
-    # raytf's own log lines on the driver (DEBUG shows state changes and timings).
+    """How often an elastic run looks for room to grow."""
     log_level: str | None = _env("RAYTF_LOG_LEVEL", str, None)
-    # An embedded Ray instance binds this loopback address (Ray rewrites 127.0.0.1).
+    """raytf's own log lines on the driver (``DEBUG`` shows state changes and timings);
+    unset: ``LoggingConfig.log_level``."""
     embedded_node_ip: str = _env("RAYTF_EMBEDDED_NODE_IP", str, "127.0.0.2")
-    # Where runs go when RunConfig.storage_path is not given.
+    """The loopback address an embedded Ray instance binds (Ray rewrites 127.0.0.1)."""
     storage_path: str = _env(
         "RAYTF_STORAGE_PATH", str, os.path.join(os.path.expanduser("~"), "raytf_results")
     )
-    # A local storage path that every node mounts (NFS, a cluster file system): allowed on
-    # a cluster whose autoscaler can add nodes (raytf.group.shared_storage).
+    """Where runs go when ``RunConfig.storage_path`` is not given."""
     storage_shared: bool = _env("RAYTF_STORAGE_SHARED", bool, False)
-    # The autoscaler's node types, when not on a head made by `ray up`.
+    """1: a local storage path is a file system every node mounts (NFS, a cluster file
+    system), allowed on a cluster whose autoscaler can add nodes
+    (``raytf.group.shared_storage``)."""
     autoscaler_config: str | None = _env("RAYTF_AUTOSCALER_CONFIG", str, None)
-    # `raytf local`: its state file, and how long one simulated node may take to start.
+    """The autoscaler's node types (a cluster YAML), when not on a head made by ``ray up``
+    (which has ``~/ray_bootstrap_config.yaml``)."""
     local_state: str = _env(
         "RAYTF_LOCAL_STATE",
         str,
         os.path.join(os.path.expanduser("~"), ".raytf", "local_cluster.json"),
     )
+    """``raytf local``'s state file: the simulated nodes' pids."""
     node_start_timeout_s: float = _env("RAYTF_NODE_START_TIMEOUT_S", float, 90.0)
-    # A Tune trial's report at a checkpoint step waits at most this long for that step's
-    # commit, so the result Tune may stop the trial at carries it (raytf.integrations.tune).
+    """How long one ``raytf local`` node may take to start."""
     tune_commit_wait_s: float = _env("RAYTF_TUNE_COMMIT_WAIT_S", float, 60.0)
-    # Where each node keeps copies of the latest checkpoints in host memory, for
-    # restores that skip object storage (raytf.checkpoint.host_copy); "" turns them off.
+    """A Tune trial's report at a checkpoint step waits at most this long for that step's
+    commit, so the result Tune may stop the trial at carries it
+    (``raytf.integrations.tune``)."""
     host_copy_dir: str = _env("RAYTF_HOST_COPY_DIR", str, "/dev/shm", empty_is_value=True)
-    # Other runs' copies not written for this long (runs that never finished) are removed
-    # by the next run that starts on the node.
+    """Where each node keeps copies of the latest checkpoints in host memory, for restores
+    that skip object storage (``raytf.checkpoint.host_copy``); "" turns them off."""
     host_copy_max_age_s: float = _env("RAYTF_HOST_COPY_MAX_AGE_S", float, 86400.0)
-    # Processes with TensorFlow imported kept on each node of a run after it ends, for
-    # the next run's warm start (raytf.group.kept); 0 keeps none. They exit after
-    # keep_idle_s without a run.
+    """Other runs' host copies not written for this long (runs that never finished) are
+    removed by the next run that starts on the node."""
     keep_processes: int = _env("RAYTF_KEEP_PROCESSES", int, 0)
-    # Standby workers (FailureConfig.standby_workers) start once an attempt has trained
-    # this long: each costs a TensorFlow import (5-7 s of a core) and ~0.7 GB.
+    """Processes with TensorFlow imported kept on each node of a run after it ends, for
+    the next run's warm start (``raytf.group.kept``); 0 keeps none."""
     standby_after_s: float = _env("RAYTF_STANDBY_AFTER_S", float, 30.0)
+    """Standby workers (``FailureConfig.standby_workers``) start once an attempt has
+    trained this long: each costs a TensorFlow import (5-7 s of a core) and ~0.7 GB."""
     keep_idle_s: float = _env("RAYTF_KEEP_IDLE_S", float, 600.0)
-    # One driver per run directory (raytf.rundir.lease): its heartbeat, and the age at
-    # which another driver takes a lease over (at once when the holder's process, on
-    # this host, is gone).
+    """A kept process exits after this long without a run."""
     lease_heartbeat_s: float = _env("RAYTF_LEASE_HEARTBEAT_S", float, 5.0)
+    """One driver per run directory (``raytf.rundir.lease``): the lease's heartbeat."""
     lease_stale_s: float = _env("RAYTF_LEASE_STALE_S", float, 30.0)
-    # How often each worker reads its optimizers' step counters, the progress the driver's
-    # hang detection sees without any raytf call in the loop (raytf.worker.liveness);
-    # 0 reads none (a loop that reports, or calls step_end, is still seen).
+    """The age at which another driver takes a lease over (at once when the holder's
+    process, on this host, is gone)."""
     progress_sample_s: float = _env("RAYTF_PROGRESS_SAMPLE_S", float, 1.0)
-    # The run directory unwritable this long (state.json, commits) stops the run.
+    """How often each worker reads its optimizers' step counters, the progress the
+    driver's hang detection sees without any raytf call in the loop
+    (``raytf.worker.liveness``); 0 reads none (a loop that reports, or calls
+    ``step_end``, is still seen)."""
     storage_outage_s: float = _env("RAYTF_STORAGE_OUTAGE_S", float, 600.0)
-    # SIGTERM or SIGINT to the driver: how long it waits for the stop checkpoint's commit;
-    # and how long its last state.json write may take.
+    """The run directory unwritable this long (``state.json``, commits) stops the run with
+    ``StorageUnavailableError``."""
     stop_checkpoint_wait_s: float = _env("RAYTF_STOP_CHECKPOINT_WAIT_S", float, 60.0)
+    """On SIGTERM or SIGINT to the driver, how long it waits for the stop checkpoint's
+    commit."""
     final_state_write_s: float = _env("RAYTF_FINAL_STATE_WRITE_S", float, 30.0)
-    # RunConfig.forward_credentials where a run does not say: the driver's storage
-    # credentials copied into its workers (a job's flag, without a code change).
+    """How long the driver's last ``state.json`` write may take."""
     forward_credentials: bool = _env("RAYTF_FORWARD_CREDENTIALS", bool, False)
+    """``RunConfig.forward_credentials`` where a run does not say: the driver's storage
+    credentials copied into its workers (a job's flag, without a code change)."""
+    ship_package: bool | None = _env("RAYTF_SHIP_PACKAGE", bool, None)
+    """1: the driver's raytf package goes to its workers in their runtime_env's
+    ``py_modules`` (``raytf.group.shipping``), unless the job's runtime_env brought it;
+    0: the workers import the raytf installed on their nodes; unset: 1 where a worker
+    may land on a node other than the driver's (another node alive, or an autoscaler)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

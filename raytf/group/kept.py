@@ -23,9 +23,10 @@ harm; those need clusters of their own (README, "Shared clusters").
 Opt-in, two ways: ``raytf pool start --per-node N --idle-s S`` (and ``raytf
 pool stop``), or ``RAYTF_KEEP_PROCESSES=N`` (``RAYTF_KEEP_IDLE_S``), with which
 each run leaves N fresh ones on each of its nodes when it ends. They are
-matched to runs by environment (Python, raytf, the job's runtime_env, and every
-variable read when the process starts or TensorFlow is imported, such as
-``TF_USE_LEGACY_KERAS``), so a job with other code or settings never gets a
+matched to runs by environment (Python, raytf, the runtime_env the process runs
+with, the job's with the driver's shipped raytf package (``raytf.group.shipping``)
+where one is, and every variable read when the process starts or TensorFlow is
+imported, such as ``TF_USE_LEGACY_KERAS``), so a job with other code or settings never gets a
 process that cannot load it or imported TensorFlow otherwise. Cost: each is
 an idle Python process with TensorFlow imported (``raytf pool list`` shows
 its peak resident memory: 713 MB on CPU here; with eight of them and the
@@ -55,6 +56,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raytf.compat import DISTRIBUTION
 from raytf.group.actors import import_time_env, kill_actor, without_credentials, worker_env
 from raytf.group.cluster import alive_node_ids
+from raytf.group.shipping import effective_env, job_runtime_env
 from raytf.worker.actor import RaytfWorker
 
 logger = logging.getLogger("raytf")
@@ -75,13 +77,12 @@ def namespace() -> str:
     return f"{NAMESPACE}-{re.sub(r'[^A-Za-z0-9_.-]', '_', scope)}"
 
 
-def env_key(env: dict[str, str] | None = None) -> str:
+def env_key(env: dict[str, str] | None = None, runtime_env: dict | None = None) -> str:
     """What a kept process must share with a run to serve it; ``env``: the variables the
-    run's workers get (default: the driver's, ``worker_env``)."""
-    try:
-        runtime_env = dict(ray.get_runtime_context().runtime_env)
-    except Exception:  # noqa: BLE001 - not connected: no job environment to match
-        runtime_env = {}
+    run's workers get (default: the driver's, ``worker_env``); ``runtime_env``: their
+    actors' runtime_env option (``raytf.group.shipping``), None for the job's as it is.
+    A shipped package's URI is the hash of its content: other raytf code, another key."""
+    runtime_env = effective_env(job_runtime_env(), runtime_env)
     # What loads code (working_dir, py_modules, pip, conda, container...) must match, the
     # job's own variables (Ray sets them in the process itself: a claim cannot take them
     # back, so a job with others, credentials among them, never gets it), and the
@@ -106,13 +107,19 @@ def _names(key: str | None = None, node_id: str | None = None) -> list[str]:
 
 
 def start(
-    per_node: int, idle_s: float, node_ids: list[str] | None = None, env: dict | None = None
+    per_node: int,
+    idle_s: float,
+    node_ids: list[str] | None = None,
+    env: dict | None = None,
+    runtime_env: dict | None = None,
 ) -> int:
     """Top each node (default: every alive node) up to ``per_node`` kept processes;
     ``env``: the variables a run's workers get, less any credential (it would wait in an
-    unclaimed process until a run replaced it)."""
+    unclaimed process until a run replaced it); ``runtime_env``: their actors' option
+    (``raytf.group.shipping.worker_runtime_env``), None for the job's as it is."""
     env = without_credentials(worker_env() if env is None else env)
-    key, started = env_key(env), 0
+    key, started = env_key(env, runtime_env), 0
+    option = {} if runtime_env is None else {"runtime_env": runtime_env}
     actor_cls = ray.remote(RaytfWorker)
     for node in node_ids or sorted(alive_node_ids()):
         for _ in range(per_node - len(_names(key, node))):
@@ -125,6 +132,7 @@ def start(
                 max_restarts=0,
                 max_concurrency=2,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                **option,
             ).remote(None, 1, False, 0, env, idle_s=idle_s)
             started += 1
     return started

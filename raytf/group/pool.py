@@ -25,6 +25,7 @@ from raytf.group import kept
 from raytf.group.actors import actor_options, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids
 from raytf.group.elastic import WorldSize, choose_world_size
+from raytf.group.shipping import worker_runtime_env
 from raytf.group.slots import make_slots
 from raytf.settings import Settings
 from raytf.worker.actor import RaytfWorker
@@ -68,6 +69,11 @@ class WorkerPool:
         self._actor_cls = ray.remote(RaytfWorker)
         self._any_kept = False  # processes kept from earlier runs exist (raytf.group.kept)
         self._kept_key = ""  # this run's environment as kept processes are matched by
+        # The workers' runtime_env option (raytf.group.shipping): the driver's raytf in
+        # py_modules, or None (the job's as it is). Made again at each attempt: that
+        # pins the package in Ray's storage for the attempt's actors.
+        self._runtime_env: dict | None = None
+        self._runtime_env_made = False
 
     @property
     def world_size(self) -> int:
@@ -139,7 +145,8 @@ class WorkerPool:
         out: list[tuple[object, bool]] = []
         promotions = []
         # One look per attempt, not one per slot; the run's environment, as kept's key.
-        self._kept_key = kept.env_key(self._env())
+        self._make_runtime_env()
+        self._kept_key = kept.env_key(self._env(), self._runtime_env)
         self._any_kept = kept.any_kept(self._kept_key)
         for rank, slot in enumerate(self.active):
             spare = self.spares.pop(slot, None)
@@ -208,10 +215,21 @@ class WorkerPool:
             max_restarts=0,
             max_concurrency=2,
             scheduling_strategy=self.slots.strategy(slot),
+            **self._runtime_env_option(),
         ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, self._env())
 
     def _env(self) -> dict[str, str]:
         return {**worker_env(), **self.env}
+
+    def _make_runtime_env(self) -> None:
+        self._runtime_env = worker_runtime_env()
+        self._runtime_env_made = True
+
+    def _runtime_env_option(self) -> dict:
+        """``runtime_env=...`` for an actor's options, or nothing (the job's, inherited)."""
+        if not self._runtime_env_made:
+            self._make_runtime_env()
+        return {} if self._runtime_env is None else {"runtime_env": self._runtime_env}
 
     def remember_gpus(self, infos: list) -> None:
         """The GPUs each active slot's bundle holds, for standbys promoted there later."""
@@ -230,6 +248,7 @@ class WorkerPool:
                 max_restarts=0,
                 max_concurrency=2,
                 scheduling_strategy=self.slots.strategy(slot),
+                **self._runtime_env_option(),
             ).remote(None, self.world_size, self.scaling.use_gpu, 0, self._env())
             self._first_ping[slot] = self.standbys[slot].ping.remote()
 
@@ -281,7 +300,13 @@ class WorkerPool:
         settings = Settings.from_env()
         if settings.keep_processes > 0:  # the next run's warm start (raytf.group.kept)
             nodes = sorted(set(self._slot_nodes.values()))
-            kept.start(settings.keep_processes, settings.keep_idle_s, nodes or None, self._env())
+            kept.start(
+                settings.keep_processes,
+                settings.keep_idle_s,
+                nodes or None,
+                self._env(),
+                self._runtime_env_option().get("runtime_env"),
+            )
 
 
 def bundle_gpu_ids(strategy, gpus: int) -> list[str]:

@@ -138,7 +138,19 @@ def _validate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if not args.files and not args.storage:
+        print("raytf validate: give cluster YAML files, --storage, or both", file=sys.stderr)
+        return 2
     errors = 0
+    if args.storage:
+        from raytf.tools.validate.storage import check_storage
+
+        problems = check_storage("job", "--storage", args.storage)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        errors += len(problems)
+        if not problems:
+            print(f"--storage {args.storage}: ok")
     for path in args.files:
         problems = validate_file(path, job)
         for problem in problems:
@@ -176,10 +188,12 @@ def _pool(args: argparse.Namespace) -> int:
     import ray
 
     from raytf.group import kept
+    from raytf.group.shipping import worker_runtime_env
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR")
     if args.action == "start":
-        n = kept.start(args.per_node, args.idle_s)
+        # The runs' own raytf (as their workers get it), or no run would claim them.
+        n = kept.start(args.per_node, args.idle_s, runtime_env=worker_runtime_env())
         print(f"started {n} process(es); each exits after {args.idle_s:.0f} s without a run")
     elif args.action == "stop":
         print(f"stopped {kept.stop()} process(es)")
@@ -233,7 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="check cluster YAML with Ray's own validator, then raytf's rules"
     )
-    validate.add_argument("files", nargs="+", help="cluster-launcher YAML or KubeRay manifests")
+    validate.add_argument("files", nargs="*", help="cluster-launcher YAML or KubeRay manifests")
+    validate.add_argument(
+        "--storage",
+        help="a job's storage path or URL: not under a node's temp directory, no placeholder",
+    )
     validate.add_argument(
         "--job-resources",
         help='one worker\'s resources as JSON, e.g. \'{"GPU": 1, "CPU": 8}\'; a pool must fit it',

@@ -180,6 +180,7 @@ def test_a_jobs_own_variables_are_part_of_the_match(monkeypatch):
         def __init__(self, env_vars):
             self.runtime_env = {"working_dir": "gcs://x.zip", "env_vars": env_vars}
 
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # a job's driver, connected
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "a"}))
     job_a = kept.env_key({})
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context({"AWS_SECRET_ACCESS_KEY": "b"}))

@@ -2,8 +2,9 @@
 
 Ray's launcher schema does not cover these custom resources, so only raytf's
 rules apply: replica ranges, Ray's GPU count against the pod's GPU limit, the
-pool resource written as quoted JSON, raytf installed for a job, and, given a
-job's per-worker resources, a worker group that fits it.
+pool resource written as quoted JSON, raytf installed for a job, no storage
+under a node's temp directory and no placeholder left in (``storage.py``), and,
+given a job's per-worker resources, a worker group that fits it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import json
 from typing import Any
 
 from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
+from raytf.tools.validate.storage import storage_and_placeholders
 
 
 def check_kuberay(
     path: str, doc: dict[str, Any], job_resources: dict[str, float] | None
 ) -> list[Problem]:
-    problems = credentials(path, doc, "")
+    problems = credentials(path, doc, "") + storage_and_placeholders(path, doc)
     spec = doc.get("spec") or {}
     base = "spec"
     if doc["kind"] == "RayJob":

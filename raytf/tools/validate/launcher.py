@@ -7,7 +7,9 @@ is one the launcher accepts. Then raytf's rules, which Ray does not know:
 pools that look like GPU machines declare GPUs (and the other way round), each
 node installs raytf, the GPU pools the ``gpu`` extra, a node type's
 ``min_workers`` is not above its ``max_workers``, no credentials are written
-in, and, given ``--job-resources``, one worker of the job fits some pool.
+in, no storage under a node's temp directory and no placeholder left in
+(``storage.py``), and, given ``--job-resources``, one worker of the job fits
+some pool.
 KubeRay manifests (``RayCluster``, ``RayJob``) are custom resources Ray's
 schema does not cover; raytf's rules apply to their worker groups.
 
@@ -27,6 +29,7 @@ import yaml
 
 from raytf.tools.validate.kuberay import check_kuberay
 from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
+from raytf.tools.validate.storage import storage_and_placeholders
 
 _GPU_INSTANCE_PREFIXES = ("p2", "p3", "p4", "p5", "g4", "g5", "g6")  # NVIDIA GPU families
 
@@ -112,7 +115,7 @@ def _check_launcher(
     if error is not None:
         return [_schema_problem(path, error, config)]
     assert prepared is not None
-    problems = credentials(path, config, "")
+    problems = credentials(path, config, "") + storage_and_placeholders(path, config)
     provider = config.get("provider", {}).get("type")
     types = config.get("available_node_types") or {}
     head = config.get("head_node_type")
