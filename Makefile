@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.raytf-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit bench lint dist clean
+.PHONY: setup demo test test-fast test-unit bench lint dist docs docs-serve clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,17 @@ bench: setup
 test-unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
+# The edit-test loop (under 5 min on 2 cores): the unit tier, then one real-cluster run of
+# each concern: a training loop, errors, hangs, observability, a Keras fit killed and
+# resumed, kept processes, tf_keras with raytf's callback. Everything else: make test.
+FAST_TESTS ?= tests/unit tests/integration/test_train.py tests/integration/test_errors.py \
+	tests/integration/test_liveness.py tests/integration/test_observability.py \
+	tests/integration/test_keras_recovery.py tests/integration/test_kept.py \
+	tests/integration/test_keras.py::test_tf_keras_fit_with_raytf_callback
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(FAST_TESTS) $(PYTEST_ARGS)
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -48,9 +59,24 @@ lint: setup
 # What a cluster installs raytf from without any package index (PyPI's "raytf" is another
 # project; this one's distribution is raytf-mwms): the wheel, and the committed checkout as
 # one zip with one top-level folder, as Ray's runtime_env working_dir takes it (KubeRay).
+# Not the wheel in a job's py_modules: Ray pip-installs its dependencies from an index
+# there; give py_modules the raytf/ directory (README, "Clusters").
 dist: setup
 	rm -rf dist && $(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 	git archive --format=zip --prefix=raytf/ -o dist/raytf.zip HEAD
 
+# The documentation site (mkdocs.yml, docs/): built strictly (a broken link or a missing
+# reference fails), into site/. The docs extra has its own stamp, so `make setup` stays as fast.
+DOCS_STAMP := $(VENV)/.raytf-docs-installed
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache

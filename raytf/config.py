@@ -57,11 +57,22 @@ class ScalingConfig:
     """
 
     num_workers: int | tuple[int, int] = 1
+    """How many workers: a count, ``(min, max)`` for an elastic group, or 0 for
+    local mode (the loop in this process, without Ray)."""
     use_gpu: bool = False
+    """Give every worker one GPU (or what ``resources_per_worker`` asks for); NCCL
+    collectives. Without it a worker sees no GPU."""
     resources_per_worker: dict[str, float] | None = None
+    """One worker's Ray resources (``{"CPU": 8, "GPU": 2, "pool_gpu_spot": 1}``);
+    default 1 CPU, plus 1 GPU with ``use_gpu``."""
     placement_strategy: str = "SPREAD"
+    """Ray's placement-group strategy: SPREAD, PACK, STRICT_SPREAD or STRICT_PACK."""
     elastic_wait_s: float = 10.0
+    """An elastic group: how long to wait for more than ``min`` workers at start, and
+    for a lost node's replacement before continuing smaller."""
     global_batch_size: int | None = None
+    """The global batch an elastic group keeps across resizes: world sizes it does
+    not divide over are skipped. None: not fixed."""
 
     def __post_init__(self) -> None:
         n = self.num_workers
@@ -169,7 +180,11 @@ class LoggingConfig:
     """
 
     log_level: str | None = None
+    """raytf's logger on the driver and the root logger on each worker (``"DEBUG"``,
+    ``"INFO"``...); None leaves both as the process set them."""
     tf_log_level: int | None = None
+    """``TF_CPP_MIN_LOG_LEVEL`` on the workers (0 all, 1 no INFO, 2 no WARNING, 3 no
+    ERROR); None: the driver's, else 1."""
 
     def __post_init__(self) -> None:
         bad = not isinstance(self.log_level, str) or self.log_level.upper() not in _LOG_LEVELS
@@ -211,17 +226,35 @@ class RunConfig:
     """
 
     name: str | None = None
+    """The run's name, its directory under ``storage_path``; a launch with an earlier
+    run's name resumes it. None: ``raytf_<date>_<time>_<6 hex digits>``, unique."""
     storage_path: str | None = None
+    """Where run directories go: a local path, a shared mount, or an fsspec URL
+    (``s3://``, ``gs://``). None: ``RAYTF_STORAGE_PATH``, else ``~/raytf_results``."""
     verbose: int = 1
+    """What the driver prints: 0 errors only, 1 progress lines (default), 2 more."""
     progress_interval_s: float = 2.0
+    """Seconds between progress lines when the output is not a terminal."""
     setup_timeout_s: float = 120.0
+    """How long the workers may take to start and make the strategy."""
     placement_timeout_s: float = 120.0
+    """How long to wait for the group to be placed; then the run fails with
+    ``PlacementTimeoutError`` as its cause."""
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """When to checkpoint and how many to keep."""
     failure_config: FailureConfig = field(default_factory=FailureConfig)
+    """What a failure costs: retries, timeouts, emergency checkpoints."""
     callbacks: tuple = ()
+    """``raytf.Callback`` objects called on the driver, in order, on a thread of
+    their own."""
     logging_config: LoggingConfig = field(default_factory=LoggingConfig)
+    """What the driver and the workers print."""
     start_fresh: bool = False
+    """Start at step 0 under a name that has files, moving them into
+    ``RUN_DIR/previous/<UTC time>/``."""
     forward_credentials: bool | None = None
+    """Copy the driver's storage credentials into the workers; None:
+    ``RAYTF_FORWARD_CREDENTIALS``, else no (the nodes' own are used)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.logging_config, LoggingConfig):

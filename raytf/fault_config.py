@@ -57,14 +57,28 @@ class CheckpointConfig:
     """
 
     num_to_keep: int | None = None
+    """Committed checkpoints kept (the newest, or the best by
+    ``checkpoint_score_attribute``); None: all, or 3 when raytf chose the interval."""
     checkpoint_every_steps: int | None = None
+    """Every rank saves at every N-th step (decided by each rank, no message)."""
     checkpoint_every_s: float | None = None
+    """The driver asks for a save at the next step boundary every this many
+    seconds."""
     async_save: bool = True
+    """Snapshot in host memory and write on a thread (True), or write before the
+    loop goes on (False)."""
     checkpoint_score_attribute: str | None = None
+    """A metric rank 0 reports, by which ``num_to_keep`` keeps the best
+    checkpoints (and the newest)."""
     checkpoint_score_order: str = "max"
+    """``"max"`` or ``"min"``: which scores are best."""
     export_saved_model: bool = False
+    """A finished run that named its model also writes ``model/saved_model``."""
     refuse_nonfinite: bool = True
+    """Do not commit a checkpoint whose trainable weights hold NaN or Inf."""
     default_interval: bool = True
+    """With neither interval set, let raytf choose one (about 1 % of the time, at
+    least every 30 min); False: save only when asked."""
 
     @property
     def chosen_interval(self) -> bool:
@@ -137,13 +151,26 @@ class FailureConfig:
     """
 
     max_failures: int | None = None
+    """None: retry infrastructure failures while the run commits between them (a
+    4th in a row at one checkpoint ends it); N: N retried in all, the next ends the run;
+    -1: no limit; 0: no recovery (no emergency checkpoints or standbys either)."""
     retry_user_errors: bool = False
+    """Retry an exception raised by the user's code like a lost worker."""
     hang_timeout_s: float = 120.0
+    """No progress of any kind for this long ends the attempt as hung."""
     unresponsive_timeout_s: float = 5.0
+    """A worker that answers no poll for this long is stopped or deadlocked."""
     phase_timeout_s: float | None = 1800.0
+    """The longest a phase silent by nature (start-up, restore, save, evaluate,
+    ``raytf.slow_phase``) may take; None: no limit."""
     standby_workers: bool = True
+    """Keep a spare process per worker with TensorFlow imported, for fast restarts
+    (started after ``RAYTF_STANDBY_AFTER_S`` of training)."""
     emergency_checkpoint: bool = True
+    """When a worker dies, commit the survivors' state before restarting."""
     emergency_every_steps: int | None = None
+    """How often that state is copied: None measures it (within 1 % of a step);
+    1: every step, no completed step redone."""
 
     @property
     def recovers(self) -> bool:

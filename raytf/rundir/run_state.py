@@ -33,25 +33,58 @@ _EVENT_LISTS = ("failures", "recoveries_s", "resumed_at", "preemption_log", "res
 
 @dataclass
 class RunState:
+    """The fields of ``RUN_DIR/state.json`` (``raytf status RUN_DIR --json`` prints it).
+
+    Besides these, each event list (``failures``, ``recoveries_s``, ``resumed_at``,
+    ``preemption_log``, ``resizes``) has a ``<list>_total`` count, since only its
+    newest ``RECENT`` (20) entries are kept, and ``workers_total`` counts the workers;
+    past ``WORKERS_LISTED`` (64) workers, ``workers`` lists the ones furthest behind,
+    and ``workers_by_state`` counts them all by state.
+    """
+
     name: str
+    """The run's name (``RunConfig.name``)."""
     run_dir: str
+    """The run directory: ``storage_path/name``, a path or a URL."""
     state: str = "SCHEDULING"
+    """The driver's state: SCHEDULING, STARTING, RUNNING, RESTARTING, then FINISHED,
+    ERRORED or STOPPED."""
     attempt: int = 0
-    num_workers: int = 0  # the most workers (max of an elastic range)
+    """The attempt running now: 1, plus one per restart (continued across drivers)."""
+    num_workers: int = 0
+    """The most workers (the max of an elastic range)."""
     min_workers: int = 0
-    world_size: int | None = None  # workers in the current attempt
+    """The fewest workers an elastic run continues with (``num_workers`` if fixed)."""
+    world_size: int | None = None
+    """Workers in the current attempt."""
     driver_pid: int = field(default_factory=os.getpid)
+    """The driver's process id."""
     workers: list[dict[str, Any]] = field(default_factory=list)
+    """One object per rank: ``rank``, ``node_ip``, ``node_id``, ``pid``, ``port`` (its TF
+    server), ``gpu_ids``, ``state`` and ``last_step``."""
     last_step: int | None = None
+    """The last step rank 0 reported."""
     checkpoints: list[int] = field(default_factory=list)
+    """The steps of the committed checkpoints kept."""
     failures: list[dict[str, Any]] = field(default_factory=list)
+    """Each failure: ``attempt``, ``kind`` (``worker_died``, ``hang``, ``user_error``...),
+    ``cause``, ``time`` and ``step`` (rank 0's last report before it)."""
     recoveries_s: list[float] = field(default_factory=list)
-    resumed_at: list[float] = field(default_factory=list)  # wall time of each first resumed step
+    """Each restart's seconds from the failure to the first resumed step."""
+    resumed_at: list[float] = field(default_factory=list)
+    """The wall time of each attempt's first resumed step."""
     preemptions: int = 0
-    preemption_log: list[dict[str, Any]] = field(default_factory=list)  # drains, deadlines
-    resizes: list[dict[str, Any]] = field(default_factory=list)  # elastic size changes
-    startup: dict[str, Any] = field(default_factory=dict)  # this attempt's start-up timeline
+    """Termination notices and drains handled (each a checkpoint and a restart, not a
+    failure)."""
+    preemption_log: list[dict[str, Any]] = field(default_factory=list)
+    """Each drain or notice: its deadline and when its checkpoint was committed."""
+    resizes: list[dict[str, Any]] = field(default_factory=list)
+    """An elastic run's size changes."""
+    startup: dict[str, Any] = field(default_factory=dict)
+    """This attempt's start-up timeline: placed, TensorFlow imported, MWMS made, first
+    step."""
     updated: float = 0.0
+    """When the driver last wrote the file (Unix time)."""
 
     @classmethod
     def continuing(cls, storage: Storage, *, name: str, run_dir: str, scaling) -> RunState:

@@ -1,10 +1,11 @@
-"""The README's Python examples, run as written at smoke size on the session's cluster.
+"""The documentation's Python examples, run as written at smoke size on the session's cluster.
 
-Each block that starts a raytf run is executed in README order in one namespace
-(the Session example uses the KerasTrainer example's ``build_model`` and
-``dataset_fn``), with only what the README leaves to the reader supplied
-(``make_model``, ``make_dataset``, ``N``) and its sizes cut down; every other
-block must at least parse. A change that breaks an example fails here.
+Each block that starts a raytf run is executed in the order of ``EXAMPLE_PAGES`` in one
+namespace (the Session example uses the KerasTrainer example's ``build_model`` and
+``dataset_fn``), with only what the pages leave to the reader supplied (``make_model``,
+``make_dataset``, ``N``) and its sizes cut down; every other Python block of the site and
+the README must at least parse, and the README's one example is the MWMS page's. A change
+that breaks an example fails here.
 """
 
 import ast
@@ -14,7 +15,16 @@ import re
 
 import pytest
 
-from tests.unit.test_readme import README
+from tests.unit.test_readme import PAGES, README
+
+# The pages whose examples start runs, in the order they run (names defined on one are
+# used by the next: the session takes KerasTrainer's functions).
+EXAMPLE_PAGES = [
+    "getting-started/quickstart.md",
+    "getting-started/from-mwms.md",
+    "guides/keras-trainer.md",
+    "guides/session.md",
+]
 
 # What the README leaves to the reader, defined in the examples' own namespace so that
 # the workers receive them by value.
@@ -49,15 +59,25 @@ SMOKE = [('"steps": 256', '"steps": 64'), ("epochs=5", "epochs=2"), ("steps=50",
 RUNS = ("raytf.Trainer(", "raytf.KerasTrainer(", "raytf.Session(")
 
 
+def _blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
 def python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)
+    """The example pages' Python blocks, in the order they run."""
+    return [block for name in EXAMPLE_PAGES for block in _blocks(PAGES[name])]
 
 
 def test_every_python_block_parses():
-    blocks = python_blocks()
-    assert len(blocks) >= 7
+    blocks = [b for text in [README, *PAGES.values()] for b in _blocks(text)]
+    assert len(blocks) >= 10
     for block in blocks:
         ast.parse(block)
+
+
+def test_the_readmes_example_is_the_one_run():
+    (example,) = _blocks(README)
+    assert example in python_blocks()
 
 
 def _finished_runs(storage: str) -> dict[str, str]:
@@ -86,7 +106,7 @@ def test_the_examples_run_as_written(ray_cluster, storage, monkeypatch):
             ns["val_fn"] = ns["dataset_fn"]  # the README's validation input: any dataset_fn
         before = set(_finished_runs(storage))
         ns.pop("result", None)
-        exec(compile(block, "README.md", "exec"), ns)
+        exec(compile(block, "docs example", "exec"), ns)
         new = {k: v for k, v in _finished_runs(storage).items() if k not in before}
         ran.append((block, ns.get("result"), new))
 
@@ -109,3 +129,11 @@ def test_the_examples_run_as_written(ray_cluster, storage, monkeypatch):
     assert [w.shape for w in ns["weights"]] == [(32, 16), (16,), (16, 4), (4,)]
     assert "explore" in session_runs
     assert os.listdir(os.path.join(storage, "explore", "checkpoints"))
+    # What the runs left is what the run-directory page lists, checkpoints named as it says.
+    layout = PAGES["reference/run-directory.md"]
+    for run in os.listdir(storage):
+        for entry in os.listdir(os.path.join(storage, run)):
+            assert f"`{entry}" in layout, (run, entry)
+        checkpoints = os.path.join(storage, run, "checkpoints")  # a loop that named nothing
+        for step in os.listdir(checkpoints) if os.path.isdir(checkpoints) else []:
+            assert re.fullmatch(r"step_\d{9}|scores\.json", step), step

@@ -1,7 +1,7 @@
 """An install that is really raytf: PyPI's project named ``raytf`` (0.0.1, 2021) is another
-one, so no doc, config, job or message of ours asks for that distribution; the README's
-table of extras is pyproject's; the KubeRay runtime environments bring pyproject's
-dependencies (raytf itself travels in the working directory)."""
+one, so no doc, config, job or message of ours asks for that distribution; the
+installation page's table of extras is pyproject's; the KubeRay runtime environments bring
+pyproject's dependencies (raytf itself travels in the working directory)."""
 
 import glob
 import os
@@ -78,9 +78,9 @@ def _name(requirement: str) -> str:
     return re.match(r"[A-Za-z0-9._-]+(\[[^\]]*\])?", requirement).group(0)
 
 
-def test_the_readmes_table_of_extras_is_pyprojects():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        section = f.read().split("## Install", 1)[1].split("\n## ", 1)[0]
+def test_the_install_pages_table_of_extras_is_pyprojects():
+    with open(os.path.join(ROOT, "docs", "getting-started", "install.md")) as f:
+        section = f.read().split("## Extras", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -1,7 +1,9 @@
-"""The README held to the code: every error it quotes is the one raytf raises, its layout
-names every module and job there is, and it states the versions raytf supports. (Its
-code examples run in ``tests/integration/test_readme_snippets.py``.)"""
+"""The README and the documentation site held to the code: every error they quote is the
+one raytf raises, the layout (docs/development/contributing.md) names every module and job
+there is, and the README states the versions raytf supports. (The site's code examples run
+in ``tests/integration/test_readme_snippets.py``; its reference in test_docs_site.py.)"""
 
+import glob
 import os
 import re
 
@@ -10,7 +12,9 @@ import pytest
 from raytf.compat import SUPPORTED
 from raytf.config import ScalingConfig
 from raytf.data.batching import per_replica_batch
+from raytf.data.feed import plan_rows
 from raytf.errors import RaytfError
+from raytf.group.elastic import choose_world_size
 from raytf.group.feasibility import check_satisfiable
 
 pytestmark = pytest.mark.unit
@@ -19,7 +23,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 with open(os.path.join(ROOT, "README.md")) as _f:
     README = _f.read()
 
-# Each error message the README quotes, and what raises it.
+
+def page(rel: str) -> str:
+    """A page of the site, by its path under docs/."""
+    with open(os.path.join(ROOT, "docs", rel)) as f:
+        return f.read()
+
+
+# Every page of the site (docs/**/*.md), by its path under docs/.
+PAGES = {
+    os.path.relpath(p, os.path.join(ROOT, "docs")): page(
+        os.path.relpath(p, os.path.join(ROOT, "docs"))
+    )
+    for p in sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+}
+LAYOUT_PAGE = "development/contributing.md"
+
+# Each error message the README or a page quotes, and what raises it.
 QUOTED_ERRORS = {
     "ScalingConfig.num_workers = -1: must be an integer >= 1, (min, max), or 0 for local "
     "mode (the loop runs in this process, without Ray)": lambda: ScalingConfig(num_workers=-1),
@@ -28,6 +48,18 @@ QUOTED_ERRORS = {
     ),
     "each worker asks for 64 CPU, but the largest node has 4 CPU": lambda: check_satisfiable(
         {"CPU": 64}, 2, "PACK", [{"CPU": 4}]
+    ),
+}
+# Quoted with the error's class name in front (the page shows the whole line).
+QUOTED_ERRORS["DataShardError: dataset 'train' has 100 rows: fewer than one global batch of "
+              "128 (64 per worker x 2 workers), so no step could run"] = lambda: plan_rows(
+    "train", 100, 2, 128
+)  # fmt: skip
+# Lines raytf prints (not raises), and what returns them.
+QUOTED_MESSAGES = {
+    "global batch 128 does not split over 3 worker(s) x 1 replica(s): running 2 worker(s) "
+    "of the 3 that could be placed": lambda: (
+        choose_world_size(ScalingConfig(num_workers=(2, 4), global_batch_size=128), 3).note
     ),
 }
 # What makes an inline code span look like a quoted error (so a new one must be listed).
@@ -40,23 +72,37 @@ def _spans(text: str) -> list[str]:
     return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", text)]
 
 
+def _all_spans() -> list[str]:
+    return [s for text in [README, *PAGES.values()] for s in _spans(text)]
+
+
 @pytest.mark.parametrize("quote", sorted(QUOTED_ERRORS))
 def test_each_quoted_error_is_the_one_raised(quote):
-    assert quote in _spans(README), "the README no longer quotes it: update QUOTED_ERRORS"
+    assert quote in _all_spans(), "no page quotes it any more: update QUOTED_ERRORS"
     with pytest.raises(RaytfError) as err:
         QUOTED_ERRORS[quote]()
+    raised = str(err.value).rstrip(".")
+    if quote.startswith(type(err.value).__name__ + ": "):
+        raised = f"{type(err.value).__name__}: {raised}"
     pattern = ".*?".join(re.escape(part.strip()) for part in quote.split("..."))
-    assert re.fullmatch(pattern, str(err.value).rstrip(".")), str(err.value)
+    assert re.fullmatch(pattern, raised), raised
+
+
+@pytest.mark.parametrize("quote", sorted(QUOTED_MESSAGES))
+def test_each_quoted_message_is_the_one_printed(quote):
+    assert quote in _all_spans(), "no page quotes it any more: update QUOTED_MESSAGES"
+    assert QUOTED_MESSAGES[quote]() == quote
 
 
 def test_every_error_like_quote_is_checked():
-    unchecked = [s for s in _spans(README) if ERROR_WORDS.search(s) and s not in QUOTED_ERRORS]
+    checked = {*QUOTED_ERRORS, *QUOTED_MESSAGES}
+    unchecked = [s for s in _all_spans() if ERROR_WORDS.search(s) and s not in checked]
     assert unchecked == [], "add these to QUOTED_ERRORS (or quote the raised text)"
 
 
 def _layout() -> dict[str, str]:
-    """The README's layout block: each top-level entry (``raytf/keras/``) -> its text."""
-    block = README.split("## Layout", 1)[1].split("```")[1]
+    """The layout block: each top-level entry (``raytf/keras/``) -> its text."""
+    block = PAGES[LAYOUT_PAGE].split("## Layout", 1)[1].split("```")[1]
     entries: dict[str, str] = {}
     for line in block.splitlines():
         if line and not line.startswith(" "):

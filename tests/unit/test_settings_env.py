@@ -2,6 +2,8 @@
 named there: a switch that reads as documented but does nothing is a silent default."""
 
 import dataclasses
+import glob
+import importlib.util
 import os
 import re
 
@@ -14,18 +16,34 @@ from raytf.settings import Settings
 pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCS = ["README.md"] + [
-    os.path.join("docs", n) for n in sorted(os.listdir(os.path.join(ROOT, "docs")))
-]
+DOCS = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT)
+    for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+)
 NAME = re.compile(r"RAYTF_[A-Z0-9_]*[A-Z0-9]")
 
 
+def _reference():
+    """docs/hooks/reference.py: the site's generated tables (not a package)."""
+    path = os.path.join(ROOT, "docs", "hooks", "reference.py")
+    spec = importlib.util.spec_from_file_location("docs_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _documented() -> set[str]:
+    """Every RAYTF_* name on the site: the pages, the README, and the generated table of
+    docs/reference/settings.md (each Settings field with a docstring)."""
     names = set()
     for rel in DOCS:
-        if rel.endswith(".md"):
-            with open(os.path.join(ROOT, rel)) as f:
-                names |= set(NAME.findall(f.read()))
+        with open(os.path.join(ROOT, rel)) as f:
+            names |= set(NAME.findall(f.read()))
+    reference = _reference()
+    for line in reference.settings_markdown().splitlines():
+        name = NAME.search(line)
+        if name and line.rstrip(" |").rsplit("|", 1)[-1].strip():  # a meaning, not blank
+            names.add(name.group(0))
     return names
 
 

@@ -1,0 +1,171 @@
+"""The site's reference held to the code: a public name, a config field, a CLI flag, a
+``RAYTF_*`` variable, an error or a ``state.json`` field missing from it fails here.
+
+The reference pages are generated when the site is built (mkdocstrings reads the
+docstrings; docs/hooks/reference.py makes the CLI, variable, error and metric tables),
+so what is checked is that each page asks for every name and that every name has the
+docstring the page will show.
+"""
+
+import ast
+import dataclasses
+import importlib.util
+import os
+import re
+
+import pytest
+import yaml
+
+import raytf
+from tests.unit.test_readme import PAGES, ROOT
+
+pytestmark = pytest.mark.unit
+
+
+def _reference():
+    path = os.path.join(ROOT, "docs", "hooks", "reference.py")
+    spec = importlib.util.spec_from_file_location("docs_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REF = _reference()
+
+
+def _directives(page: str) -> set[str]:
+    return set(re.findall(r"^::: (\S+)", PAGES[page], flags=re.M))
+
+
+def _field_docs(path: str, cls: str) -> dict[str, str | None]:
+    """Each annotated field of ``cls`` -> its attribute docstring (None without one)."""
+    with open(os.path.join(ROOT, path)) as f:
+        tree = ast.parse(f.read())
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
+    out = {}
+    for field, after in zip(node.body, node.body[1:] + [None]):
+        if isinstance(field, ast.AnnAssign):
+            doc = None
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                doc = after.value.value
+            out[field.target.id] = doc
+    return out
+
+
+def test_every_public_name_is_in_the_reference():
+    wanted = {f"raytf.{name}" for name in raytf.__all__}
+    assert sorted(wanted - _directives("reference/api.md")) == []
+
+
+def test_the_keras_and_integration_names_are_in_the_reference():
+    keras = _directives("reference/keras.md")
+    assert "raytf.keras.report_callback.ReportCheckpointCallback" in keras
+    assert "raytf.keras.legacy.ReportCheckpointCallback" in keras
+    from raytf.keras import _EXPORTS
+
+    for name, module in _EXPORTS.items():
+        assert f"{module}.{name}" in keras, name
+    from raytf.integrations import ray_train
+
+    text = PAGES["reference/integrations.md"]
+    missing = [n for n in ray_train.__all__ if not re.search(rf"\b{n}\b", text)]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "path,cls",
+    [("raytf/config.py", "ScalingConfig"), ("raytf/config.py", "RunConfig"),
+     ("raytf/config.py", "LoggingConfig"), ("raytf/fault_config.py", "CheckpointConfig"),
+     ("raytf/fault_config.py", "FailureConfig"), ("raytf/rundir/run_state.py", "RunState"),
+     ("raytf/settings.py", "Settings")],
+)  # fmt: skip
+def test_every_config_field_has_a_docstring(path, cls):
+    """The reference shows each field's docstring: a field without one is a blank row."""
+    docs = _field_docs(path, cls)
+    assert docs and sorted(f for f, d in docs.items() if not d) == []
+
+
+def test_every_state_json_field_is_documented():
+    from raytf.rundir.run_state import RunState
+
+    doc = RunState(name="a", run_dir="/r").document()
+    fields = _field_docs("raytf/rundir/run_state.py", "RunState")
+    cls_doc = RunState.__doc__
+    for key in doc:
+        assert key in fields or f"``{key}``" in cls_doc or key.endswith("_total"), key
+
+
+def test_every_variable_is_in_the_generated_table():
+    from raytf.settings import Settings
+
+    table = REF.settings_markdown()
+    for f in dataclasses.fields(Settings):
+        assert f"`{f.metadata['env']}`" in table
+    assert "<!-- gen:settings -->" in PAGES["reference/settings.md"]
+
+
+def test_every_cli_command_and_flag_is_in_the_generated_page():
+    text = REF.cli_markdown()
+    flags = REF.cli_flags()
+    assert {"raytf status --json", "raytf logs --follow", "raytf local up --nodes"} <= flags
+    for flag in flags - {"raytf"}:
+        words = flag.split()
+        command = " ".join(w for w in words if not w.startswith("-"))
+        assert f"### `{command}`" in text, flag
+        if words[-1].startswith("-"):
+            assert words[-1] in text, flag
+    assert "<!-- gen:cli -->" in PAGES["reference/cli.md"]
+
+
+def test_every_error_is_in_the_hierarchy_with_how_it_reaches_the_caller():
+    from raytf import errors
+
+    names = [name for name, _, _ in REF.error_classes()]
+    defined = [n for n, v in vars(errors).items() if isinstance(v, type) and n.endswith("Error")]
+    assert sorted(names) == sorted(defined)
+    assert sorted(set(names) - set(REF.REACHES)) == []
+    table = REF.errors_markdown()
+    for name in names:
+        assert f"| `{name}` |" in table
+
+
+def test_every_metric_is_in_the_generated_page():
+    from raytf.observe.ray_metrics import _GAUGES
+
+    text = REF.metrics_markdown()
+    for name in [*_GAUGES, "raytf_metric"]:
+        assert f"`ray_{name}`" in text
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        config = yaml.load(f, Loader=yaml.BaseLoader)
+
+    def files(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, list):
+            for item in node:
+                yield from files(item)
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from files(value)
+
+    nav = set(files(config["nav"]))
+    assert nav == set(PAGES)
+
+
+def test_every_marker_has_a_generator():
+    for name, text in PAGES.items():
+        for marker in REF.MARKER.findall(text):
+            assert marker in REF.GENERATORS, (name, marker)
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    from tests.unit.test_readme import README
+
+    lines = README.splitlines()
+    assert len(lines) <= 150
+    body = [line for line in lines if line.strip()]
+    assert body[1] == "```bash"
+    assert body[2].startswith("make demo") and body[3].startswith("make test")
