@@ -47,9 +47,11 @@ class CheckpointCommits:
         on_commit: Callable[[CommittedCheckpoint], None] | None = None,
         say: Callable[[str], None] = logger.warning,
         holds: Callable[[], bool] = lambda: True,
+        holder: dict | None = None,
     ):
         self.storage = storage
         self.holds = holds  # the run's lease is still this driver's: asked before a commit
+        self.holder = holder  # the lease's holder id and generation (Lease.stamp)
         self.on_commit = on_commit  # told of every commit, an emergency one included
         self.say = say  # a line for the user: a checkpoint refused or not written
         self.config = config
@@ -219,7 +221,13 @@ class CheckpointCommits:
         if not self.holds():
             return None  # another driver holds the run: its checkpoints are not ours to write
         try:
-            ckpt = commit(self.storage, ranks, world_size=self.world_size, attempt=attempt)
+            ckpt = commit(
+                self.storage,
+                ranks,
+                world_size=self.world_size,
+                attempt=attempt,
+                holder=self.holder,
+            )
         except ValueError:
             raise  # parts that do not make a checkpoint: a bug, not storage
         except Exception as exc:  # noqa: BLE001 - any storage error (s3fs raises many kinds)
@@ -248,7 +256,10 @@ class CheckpointCommits:
         self._unwritten = {s: v for s, v in self._unwritten.items() if s > ckpt.step}
         try:
             order, keep = self.config.checkpoint_score_order, self.config.keep
-            removed = prune(self.storage, keep, self.scores(), order, self.bad, self.kept)
+            generation = None if self.holder is None else self.holder["generation"]
+            removed = prune(
+                self.storage, keep, self.scores(), order, self.bad, self.kept, generation
+            )
         except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
             logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
             removed = []
@@ -278,7 +289,12 @@ class CheckpointCommits:
         if not self.holds():
             return None, "another driver holds the run directory's lease"
         ckpt = commit(
-            self.storage, parts, world_size=self.world_size, attempt=attempt, missing=tuple(dead)
+            self.storage,
+            parts,
+            world_size=self.world_size,
+            attempt=attempt,
+            missing=tuple(dead),
+            holder=self.holder,
         )
         self._committed(ckpt)
         return ckpt, f"ranks {sorted(answers)} at step {step}"

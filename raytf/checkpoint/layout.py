@@ -132,9 +132,11 @@ def commit(
     world_size: int,
     attempt: int,
     missing: tuple[int, ...] = (),
+    holder: dict | None = None,
 ) -> CommittedCheckpoint:
     """Write the manifest: from now on this checkpoint exists. ``missing``: ranks whose
-    part is not in it (dead before an emergency checkpoint)."""
+    part is not in it (dead before an emergency checkpoint); ``holder``: the run
+    directory's lease holder that commits it (``Lease.stamp``), for ``prune``."""
     steps = {p.step for p in parts}
     if len(steps) != 1 or len({p.rank for p in parts}) + len(missing) != world_size:
         raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
@@ -154,6 +156,8 @@ def commit(
         "missing_ranks": list(missing),
         "host_copies": sorted(p.copy_id for p in parts if p.copy_id),
     }
+    if holder:
+        manifest["holder"] = holder
     structure = next((p.structure for p in parts if p.structure), None)
     if structure:  # what a restore compares its model with (raytf.checkpoint.structure)
         manifest["structure"] = structure
@@ -205,6 +209,7 @@ def prune(
     order: str = "max",
     bad: set[int] = frozenset(),
     done: list[int] | None = None,
+    generation: int | None = None,
 ) -> list[int]:
     """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
 
@@ -217,6 +222,10 @@ def prune(
     commits that followed it; a bad one goes once it is older than every kept one.
     A directory without a manifest older than the newest commit is the remains
     of a save interrupted by a failure; one newer may still be being written.
+
+    ``generation``: the pruning driver's lease generation. A commit whose manifest
+    names a later one is another driver's, which took the run over while this one
+    stalled: it is never removed here.
     """
     done = committed(storage) if done is None else sorted(set(done))
     good = [s for s in done if s not in bad]
@@ -225,14 +234,27 @@ def prune(
     drop += [s for s in done if s in bad and kept and s < kept[0]]
     removed = []
     for step in drop:
+        if generation is not None and _later_holder(storage, step, generation):
+            continue
         storage.remove(CKPT_DIR, step_dirname(step))
         removed.append(step)
     newest = done[-1] if done else -1
     for step in list_step_dirs(storage):
         if step < newest and step not in done:
+            if generation is not None and _later_holder(storage, step, generation):
+                continue  # committed by the driver that took the run over
             storage.remove(CKPT_DIR, step_dirname(step))
             removed.append(step)
     return sorted(removed)
+
+
+def _later_holder(storage: Storage, step: int, generation: int) -> bool:
+    """Did a driver of a later lease generation commit ``step``?"""
+    try:
+        manifest = storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST)
+    except (OSError, ValueError):
+        return False
+    return int((manifest.get("holder") or {}).get("generation", 0)) > generation
 
 
 def marked_bad(storage: Storage, steps: list[int]) -> set[int]:

@@ -115,6 +115,7 @@ class Controller(PollIntake):
             self._on_commit,
             say=progress.message,
             holds=self.writer.holds_lease,
+            holder=self.writer.stamp,
         )
         self.policy = FailurePolicy(run_config.failure_config)
         self.group: Group | None = None

@@ -77,7 +77,16 @@ class Lease:
             "ns": _namespace(),
             "started": time.time(),
             "heartbeat": time.time(),
+            # The fencing token: one more than the lease it replaced. Commits carry it,
+            # and a prune never removes a commit of a later holder's (a driver that lost
+            # the lease while stalled, before it noticed, cannot delete its successor's).
+            "generation": 1,
         }
+
+    @property
+    def stamp(self) -> dict:
+        """What this holder's commits carry (``raytf.checkpoint.layout.commit``)."""
+        return {"holder": self.doc["holder"], "generation": int(self.doc["generation"])}
 
     def acquire(self) -> str | None:
         """Hold the lease or raise ``RunDirInUseError``; a line saying whose stale lease
@@ -89,6 +98,7 @@ class Lease:
                 return None
             held = self._read(settle=True)  # another driver created it first
         if held and held.get("holder") != self.doc["holder"]:
+            self.doc["generation"] = int(held.get("generation", 0)) + 1
             age = time.time() - float(held.get("heartbeat", 0))
             if age < self.stale_s and _alive_here(held):
                 raise self._refusal(held, age)

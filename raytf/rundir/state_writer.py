@@ -60,6 +60,11 @@ class StateWriter:
             self._doc = doc
             self._cond.notify()
 
+    @property
+    def stamp(self) -> dict | None:
+        """The lease holder's id and generation, which commits carry (None: no lease)."""
+        return None if self.lease is None else self.lease.stamp
+
     def holds_lease(self) -> bool:
         """Is the lease still this driver's? Asked before a commit writes a manifest, so
         a driver taken over between two heartbeats commits nothing into the other's

@@ -184,7 +184,7 @@ def test_the_lease_file_is_json_a_person_can_read(tmp_path):
     storage = Storage(str(tmp_path))
     Lease(storage, stale_s=30).acquire()
     doc = json.loads((tmp_path / LEASE).read_text())
-    assert set(doc) == {"holder", "host", "pid", "ns", "started", "heartbeat"}
+    assert set(doc) == {"holder", "host", "pid", "ns", "started", "heartbeat", "generation"}
     assert doc["pid"] == os.getpid()
 
 
@@ -306,3 +306,30 @@ def test_drivers_started_together_on_a_file_system_leave_one_holder(tmp_path):
         winners = [out[1] for out in outs if out and out[0] == "won"]
         assert len(winners) == 1, outs
         assert storage.read_json(LEASE)["holder"] == winners[0]
+
+
+def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the_old_prune(
+    tmp_path,
+):
+    """The stalled driver A, before it notices: its prune (keep 1) removes neither B's
+    commits it never knew nor its own that B kept, where they carry B's generation."""
+    from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, committed, prune, step_dirname
+    from tests.unit.test_checkpoint import write_parts
+
+    storage = Storage(str(tmp_path))
+    a = Lease(storage, stale_s=0.2)
+    a.acquire()
+    time.sleep(0.3)  # A's heartbeat stalls past the stale time
+    b = Lease(storage, stale_s=0.2)
+    assert "took over" in b.acquire()
+    assert (a.stamp["generation"], b.stamp["generation"]) == (1, 2)
+    commit(storage, write_parts(storage, 10), world_size=2, attempt=1, holder=a.stamp)
+    for step in (20, 30):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=2, holder=b.stamp)
+    before = {s: storage.read_json(CKPT_DIR, step_dirname(s), MANIFEST) for s in (20, 30)}
+    removed = prune(storage, 1, done=[10, 40], generation=1)  # A knows 10 and its own 40
+    assert removed == [10]  # its own, older than what it keeps; B's are not its to remove
+    assert committed(storage) == [20, 30]
+    assert {s: storage.read_json(CKPT_DIR, step_dirname(s), MANIFEST) for s in (20, 30)} == before
+    # B's own prune keeps its newest as it always did.
+    assert prune(storage, 1, done=[20, 30], generation=2) == [20]
