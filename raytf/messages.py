@@ -124,6 +124,8 @@ class Phase:
     name: str
     age_s: float  # how long it has been open, at the poll
     limit_s: float | None = None  # the loop's own limit; None: FailureConfig.phase_timeout_s
+    # Added to the limit: what a resumed fit's skip of its input to its place may take.
+    extra_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,13 @@ class Watchdog:
         for rank, (phases, said) in sorted(self.phases.items()):
             for phase in phases:
                 limit = default if phase.limit_s is None else phase.limit_s
+                if limit is not None:
+                    limit += phase.extra_s
                 age = phase.age_s + (now - said)
                 if limit is not None and age > limit:
                     which = "phase_timeout_s" if phase.limit_s is None else "the loop's limit"
+                    if phase.extra_s:
+                        which += f" + {phase.extra_s:.0f} s for the input's skip"
                     return WorkerHangError(
                         f"rank {rank}: {phase.name} has been silent for {age:.0f} s, past "
                         f"its limit of {limit:g} s ({which})"

@@ -69,6 +69,7 @@ class _Open:
     limit_s: float | None
     until_progress: bool  # ends at the first progress
     quiet: bool  # step counters it changes are a new baseline, not progress
+    extra_s: float = 0.0  # added to its limit (``allow``)
 
 
 class Liveness:
@@ -106,11 +107,12 @@ class Liveness:
         limit_s: float | None = None,
         until_progress: bool = False,
         quiet: bool = False,
+        extra_s: float = 0.0,
     ) -> Iterator[None]:
         """Open a silent phase for the ``with`` block (or, ``until_progress``, until the
         first progress inside it). ``limit_s`` None: the driver's phase_timeout_s.
         ``quiet``: step counters it changes (a restore sets them) are not progress."""
-        key = self.open(name, limit_s, until_progress, quiet)
+        key = self.open(name, limit_s, until_progress, quiet, extra_s)
         try:
             yield
         finally:
@@ -122,12 +124,21 @@ class Liveness:
         limit_s: float | None = None,
         until_progress: bool = False,
         quiet: bool = False,
+        extra_s: float = 0.0,
     ) -> int:
         with self._lock:
             key = next(self._ids)
-            self._open[key] = _Open(name, self._clock(), limit_s, until_progress, quiet)
+            self._open[key] = _Open(name, self._clock(), limit_s, until_progress, quiet, extra_s)
             self._quiet_gen += quiet
         return key
+
+    def allow(self, extra_s: float, name: str | None = None) -> None:
+        """Give the phases open now ``extra_s`` more (renamed ``name``): work they did not
+        know of when they opened, such as a resumed fit's skip through its input."""
+        with self._lock:
+            for phase in self._open.values():
+                phase.extra_s += extra_s
+                phase.name = name or phase.name
 
     def close(self, key: int) -> None:
         with self._lock:
@@ -142,7 +153,9 @@ class Liveness:
         """The ticks so far and each open phase with its age now."""
         now = self._clock()
         with self._lock:
-            phases = tuple(Phase(p.name, now - p.since, p.limit_s) for p in self._open.values())
+            phases = tuple(
+                Phase(p.name, now - p.since, p.limit_s, p.extra_s) for p in self._open.values()
+            )
             return self.ticks, phases
 
     # -- the optimizers' step counters ----------------------------------------------

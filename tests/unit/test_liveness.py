@@ -107,3 +107,19 @@ def test_counters_set_by_a_restore_are_a_new_baseline_not_progress():
     finally:
         live._stop.set()
         live.close(start)
+
+
+def test_allow_gives_the_phases_open_now_more_time_and_only_those():
+    clock = [0.0]
+    live = Liveness(clock=lambda: clock[0])
+    key = live.open("fit's first step (trace or compile)", until_progress=True)
+    live.allow(120.0)
+    later = live.open("evaluate")
+    clock[0] = 5.0
+    _, phases = live.view()
+    assert [(p.name, p.extra_s) for p in phases] == [
+        ("fit's first step (trace or compile)", 120.0),
+        ("evaluate", 0.0),
+    ]
+    live.close(key)
+    live.close(later)

@@ -151,3 +151,25 @@ def test_a_new_attempt_forgets_the_last_attempts_phases():
     dog.on_phases(0, (Phase("restore", 5.0),), 100.0)
     dog.attempt_started(200.0, restored_step=10)
     assert "no progress for 10 s" in str(dog.check(210.0, nobody_silent))
+
+
+def test_a_resumed_fits_skip_through_its_input_has_the_time_it_grows_by():
+    """A long stream resumed near its end skips through what it drew before: the phase's
+    limit is phase_timeout_s plus what the skip may take (``resume.skip_allowance``)."""
+    from raytf.worker.fit.resume import skip_allowance
+
+    # 30,000 batches drawn in 600 s of training; the second call of a split skips 30,004.
+    resumed = {"drawn": 30000, "seconds": 600.0}
+    allowance = skip_allowance(30004, resumed)
+    assert allowance == 2 * 30004 * 600.0 / 30000  # Keras's look, then the call's iterator
+    assert skip_allowance(0, resumed) == 0.0 and skip_allowance(5, None) == 0.0
+    config = FailureConfig(hang_timeout_s=10.0, unresponsive_timeout_s=5.0, phase_timeout_s=60.0)
+    dog = Watchdog(config, now=100.0)
+    name = "fit's first step after skipping 30004 batches of its input"
+    dog.on_phases(0, (Phase(name, 60.0 + allowance - 1, extra_s=allowance),), 200.0)
+    assert dog.check(200.0, nobody_silent) is None  # past phase_timeout_s, within the skip's
+    dog.on_phases(0, (Phase(name, 60.0 + allowance + 1, extra_s=allowance),), 201.0)
+    assert str(dog.check(201.0, nobody_silent)).endswith(
+        f"past its limit of {60 + allowance:g} s (phase_timeout_s + {allowance:.0f} s for the "
+        "input's skip)"
+    )

@@ -15,6 +15,7 @@ these hooks add no device sync of their own.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import keras
@@ -69,6 +70,10 @@ class Keeper(keras.callbacks.Callback):
         self._pending = False
         self.user_callbacks = list(user_callbacks)
         self.rng_after: dict | None = None  # Python's and NumPy's RNGs as the call ended
+        # Wall seconds the call has run, across restarts: what drawing its batches took,
+        # an upper bound on skipping through them again (``resume.skip_allowance``).
+        self.seconds = float((saved or {}).get("seconds", 0.0))
+        self._since: float | None = None
         self._saved_callbacks = (saved or {}).get("callbacks")
         # The run's global step, counted here batch by batch from where the run stands
         # (``ctx.last_step``): never ``optimizer.iterations``, which a recompile resets,
@@ -85,6 +90,7 @@ class Keeper(keras.callbacks.Callback):
             "drawn": self.drawn,
             "epochs": [[e, logs] for e, logs in self.epochs_logs],
             "callbacks": callback_state.capture(self.user_callbacks),
+            "seconds": round(self.seconds, 3),
         }
         if self.rng_after is not None:
             doc["rng_after"] = self.rng_after
@@ -108,6 +114,7 @@ class Keeper(keras.callbacks.Callback):
                 if self.ctx.is_chief:
                     print(f"[raytf] {line}", flush=True)
             self._saved_callbacks = None
+        self._since = time.monotonic()
         epochs = (self.params or {}).get("epochs")
         if self.steps and epochs:
             left = (int(epochs) - self.epoch) * self.steps - self.batch
@@ -127,6 +134,10 @@ class Keeper(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         # ``batch`` is the last batch of the execution (the spliced list adds the
         # epoch's offset): with ``steps_per_execution`` > 1 one call covers several.
+        now = time.monotonic()
+        if self._since is not None:
+            self.seconds += now - self._since
+        self._since = now
         done = max(int(batch) + 1 - self.batch, 1)
         self.step += done
         self.batch += done
