@@ -257,9 +257,11 @@ class CheckpointCommits:
         try:
             order, keep = self.config.checkpoint_score_order, self.config.keep
             generation = None if self.holder is None else self.holder["generation"]
-            removed = prune(
-                self.storage, keep, self.scores(), order, self.bad, self.kept, generation
-            )
+            removed = []
+            if self.holds():  # not taken over since this commit: the prune is still ours
+                removed = prune(
+                    self.storage, keep, self.scores(), order, self.bad, self.kept, generation
+                )
         except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
             logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
             removed = []

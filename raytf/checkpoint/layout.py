@@ -248,13 +248,33 @@ def prune(
     return sorted(removed)
 
 
+def _generation(storage: Storage, step: int) -> int:
+    """The lease generation of the driver that committed ``step`` (0: none named)."""
+    manifest = storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST)
+    return int((manifest.get("holder") or {}).get("generation", 0))
+
+
 def _later_holder(storage: Storage, step: int, generation: int) -> bool:
-    """Did a driver of a later lease generation commit ``step``?"""
+    """Did a driver of a later lease generation commit ``step``? A manifest that cannot
+    be read now counts as one (the directory stays: the next prune looks again); one
+    that is not there is not a commit."""
     try:
-        manifest = storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST)
-    except (OSError, ValueError):
+        return _generation(storage, step) > generation
+    except FileNotFoundError:
         return False
-    return int((manifest.get("holder") or {}).get("generation", 0)) > generation
+    except (OSError, ValueError):
+        return True
+
+
+def highest_generation(storage: Storage) -> int:
+    """The highest lease generation the run directory's commits carry."""
+    highest = 0
+    for step in committed(storage):
+        try:
+            highest = max(highest, _generation(storage, step))
+        except (OSError, ValueError):
+            continue
+    return highest
 
 
 def marked_bad(storage: Storage, steps: list[int]) -> set[int]:

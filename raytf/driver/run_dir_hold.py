@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from raytf.checkpoint.layout import highest_generation
 from raytf.config import RunConfig
 from raytf.rundir.lease import Lease
 from raytf.rundir.set_aside import set_aside
@@ -23,7 +24,9 @@ def hold_run_dir(run_config: RunConfig, settings: Settings, say: Callable[[str],
     """The run directory's ``StateWriter``, holding its lease; raises ``RunDirInUseError``
     while another live driver holds it."""
     storage = Storage(run_config.run_dir)
-    lease = Lease(storage, settings.lease_stale_s)
+    # Generations go on from the newest commit's: a lease released at a clean end is
+    # gone, and the next driver must still count past every holder that committed.
+    lease = Lease(storage, settings.lease_stale_s, floor=highest_generation(storage))
     took_over = lease.acquire()
     if took_over:
         say(took_over)

@@ -57,6 +57,8 @@ RESOURCES_DIR = "runtime_resources"
 # Bytecode is rebuilt on each node; its files would only make every content hash new.
 EXCLUDES = ["__pycache__", "*.pyc"]
 _warned: set[str] = set()
+# A job run in a container image: Ray takes no py_modules beside these.
+CONTAINER_KEYS = ("image_uri", "container")
 
 
 def package_dir() -> str:
@@ -124,6 +126,8 @@ def worker_runtime_env(settings: Settings | None = None) -> dict | None:
     pkg = package_dir()
     if delivered_by_ray(pkg):
         return None
+    if any(k in job_runtime_env() for k in CONTAINER_KEYS) and settings.ship_package is None:
+        return None  # Ray allows no py_modules beside a container image: the image's raytf
     ship = settings.ship_package
     if ship is None:  # unset: where a worker may land on a node other than the driver's
         ship = workers_may_land_elsewhere()

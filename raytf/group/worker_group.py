@@ -31,7 +31,7 @@ from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool
 from raytf.group.tf_config import tf_config_json
 from raytf.group.timeline import Timeline
-from raytf.messages import CheckpointPlan, Command, WorkerInfo, WorkerPoll
+from raytf.messages import CheckpointPlan, Command, SetupReply, WorkerInfo, WorkerPoll
 from raytf.worker.process.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
@@ -87,6 +87,13 @@ class WorkerGroup:
         replies = self._get_all(refs, timeout_s, "create the strategy")
         logger.debug("strategy created in %.3f s", time.monotonic() - t0)
         where = [f"{info.hostname} ({info.node_ip})" for info in self.infos]
+        for rank, reply in enumerate(replies):
+            if not isinstance(reply, SetupReply):  # an older raytf on that node
+                raise DependencyError(
+                    f"rank {rank} on {where[rank]} runs another raytf than the driver "
+                    f"({compat.DISTRIBUTION}: its set-up answered {reply!r}); let the driver "
+                    "ship its package (RAYTF_SHIP_PACKAGE) or install the same raytf there"
+                )
         error = compat.disagreement([r.probes for r in replies], where)
         if error is not None:
             raise error

@@ -67,9 +67,11 @@ def _alive_here(doc: dict) -> bool:
 
 
 class Lease:
-    def __init__(self, storage: Storage, stale_s: float):
+    def __init__(self, storage: Storage, stale_s: float, floor: int = 0):
+        """``floor``: the highest generation a commit in the run directory carries."""
         self.storage = storage
         self.stale_s = stale_s
+        self.floor = floor
         self.doc = {
             "holder": uuid.uuid4().hex,
             "host": socket.gethostname(),
@@ -80,7 +82,7 @@ class Lease:
             # The fencing token: one more than the lease it replaced. Commits carry it,
             # and a prune never removes a commit of a later holder's (a driver that lost
             # the lease while stalled, before it noticed, cannot delete its successor's).
-            "generation": 1,
+            "generation": floor + 1,
         }
 
     @property
@@ -98,7 +100,7 @@ class Lease:
                 return None
             held = self._read(settle=True)  # another driver created it first
         if held and held.get("holder") != self.doc["holder"]:
-            self.doc["generation"] = int(held.get("generation", 0)) + 1
+            self.doc["generation"] = max(int(held.get("generation", 0)), self.floor) + 1
             age = time.time() - float(held.get("heartbeat", 0))
             if age < self.stale_s and _alive_here(held):
                 raise self._refusal(held, age)

@@ -53,3 +53,18 @@ def test_backup_and_restore_is_refused_with_what_to_do():
     callback_state.refuse_backup_and_restore([keras.callbacks.EarlyStopping()])
     with pytest.raises(ConfigError, match="Remove it; CheckpointConfig"):
         callback_state.refuse_backup_and_restore([keras.callbacks.BackupAndRestore("/tmp/x")])
+
+
+def test_nan_stays_nan_and_what_is_not_a_number_is_not_carried_but_said():
+    import keras
+
+    stop = keras.callbacks.EarlyStopping()
+    stop.best = float("nan")
+    odd = keras.callbacks.ModelCheckpoint("/nonexistent/m.keras", save_best_only=True)
+    odd.best = [0.5, 0.25]  # a subclass keeping something else there
+    saved = json.loads(json.dumps(callback_state.capture([stop, odd])))
+    assert saved[1] is None
+    stop.best = 0.0
+    lines = callback_state.restore([stop, odd], saved)
+    assert math.isnan(stop.best)
+    assert lines == ["ModelCheckpoint's state is not in the checkpoint: it starts afresh (not exact)"]

@@ -311,8 +311,8 @@ def test_drivers_started_together_on_a_file_system_leave_one_holder(tmp_path):
 def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the_old_prune(
     tmp_path,
 ):
-    """The stalled driver A, before it notices: its prune (keep 1) removes neither B's
-    commits it never knew nor its own that B kept, where they carry B's generation."""
+    """The stalled driver A, before it notices: its prune (keep 1) does not remove B's
+    commits, which it never knew; a driver after a clean end counts on past B's."""
     from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, committed, prune, step_dirname
     from tests.unit.test_checkpoint import write_parts
 
@@ -333,3 +333,13 @@ def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the
     assert {s: storage.read_json(CKPT_DIR, step_dirname(s), MANIFEST) for s in (20, 30)} == before
     # B's own prune keeps its newest as it always did.
     assert prune(storage, 1, done=[20, 30], generation=2) == [20]
+    # B ends and releases the lease; the next driver's generation counts past B's commits,
+    # so its prunes remove them as the run's own.
+    b.release()
+    from raytf.checkpoint.layout import highest_generation
+
+    c = Lease(storage, stale_s=0.2, floor=highest_generation(storage))
+    c.acquire()
+    assert c.stamp["generation"] == 3
+    commit(storage, write_parts(storage, 40), world_size=2, attempt=3, holder=c.stamp)
+    assert prune(storage, 1, done=[30, 40], generation=3) == [30]

@@ -16,7 +16,6 @@ the step raytf resumed at and train that epoch again.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from raytf.errors import ConfigError
@@ -50,12 +49,13 @@ def _kind(callback: Any) -> str | None:
 
 
 def _number(value: Any) -> float | int | None:
+    """A plain number (NaN and the infinities as they are: JSON carries them), or raise
+    ``TypeError``/``ValueError`` for what is not one."""
     if value is None:
         return None
     if isinstance(value, (int, bool)):
         return int(value)
-    number = float(value)  # numpy scalars, 0-d tensors
-    return number if math.isfinite(number) else (math.inf if number > 0 else -math.inf)
+    return float(value)  # numpy scalars, 0-d tensors
 
 
 def capture(callbacks: list) -> list:
@@ -66,7 +66,11 @@ def capture(callbacks: list) -> list:
         if kind is None:
             out.append(None)
             continue
-        state = {a: _number(getattr(callback, a, None)) for a in STATEFUL[kind]}
+        try:
+            state = {a: _number(getattr(callback, a, None)) for a in STATEFUL[kind]}
+        except (TypeError, ValueError):  # a subclass keeping something else there
+            out.append(None)  # not carried: the resume says so
+            continue
         if kind == "EarlyStopping" and getattr(callback, "best_weights", None) is not None:
             state["had_best_weights"] = 1
         out.append([kind, state])

@@ -70,6 +70,7 @@ class Keeper(keras.callbacks.Callback):
         self._pending = False
         self.user_callbacks = list(user_callbacks)
         self.rng_after: dict | None = None  # Python's and NumPy's RNGs as the call ended
+        self.rng_before: dict | None = None  # ... as the tracked call before it ended
         # Wall seconds the call has run, across restarts: what drawing its batches took,
         # an upper bound on skipping through them again (``resume.skip_allowance``).
         self.seconds = float((saved or {}).get("seconds", 0.0))
@@ -92,8 +93,9 @@ class Keeper(keras.callbacks.Callback):
             "callbacks": callback_state.capture(self.user_callbacks),
             "seconds": round(self.seconds, 3),
         }
-        if self.rng_after is not None:
-            doc["rng_after"] = self.rng_after
+        for name in ("rng_after", "rng_before"):
+            if getattr(self, name) is not None:
+                doc[name] = getattr(self, name)
         if self.batch:  # an epoch's start resets them: nothing to keep
             doc["metrics"] = self._metrics().capture()
         return doc

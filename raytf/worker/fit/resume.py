@@ -51,6 +51,9 @@ class _Worker:
         self.inexact_said = False
         self.saved: dict | None = None  # the restored place, until its call has used it
         self.live: Any = None  # the callback of the call running now (the state's source)
+        # Python's and NumPy's RNGs as the last finished tracked call left them: the next
+        # call's state carries them, for that call to put back if it returns at once.
+        self.rng_after: dict | None = None
 
     def state(self) -> dict | None:
         return None if self.live is None else self.live.state()
@@ -151,6 +154,8 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
         worker.saved = None
     if saved is not None and int(saved.get("call", 0)) > index:
         worker.saved = saved  # a later call's place: this one had finished
+        if int(saved["call"]) == index + 1 and saved.get("rng_before"):
+            set_rng_state(saved["rng_before"])  # as this call left them
         print(
             f"[raytf] rank {ctx.rank}: fit call {index + 1} had finished before the checkpoint",
             flush=True,
@@ -171,6 +176,7 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     if resumed is not None and not calls and resumed.get("rng_after"):
         set_rng_state(resumed["rng_after"])  # as this call left them: what follows redraws
     keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step, user_callbacks)
+    keeper.rng_before = (resumed or {}).get("rng_before") or worker.rng_after
     verbose = args.get("verbose", "auto")
     callbacks = _Spliced(
         [*user_callbacks, keeper],
@@ -190,10 +196,13 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
             with _skipping(call.skip, skip_allowance(call.skip, resumed)):
                 method(*one.args, **one.kwargs)
         if model.stop_training and n < len(calls) - 1:  # the callbacks' training ends here
+            _finalize_averages(model)  # as Keras's fit does after a stop, before the end
             callbacks.splice(call, first=False, last=True)
             callbacks.on_train_end()
             break
     keeper.finished(epochs)
+    if tracked:
+        worker.rng_after = keeper.rng_after
     history = model.history if calls else keras.callbacks.History()
     _prepend(history, keeper.restored_epochs)
     return history
@@ -229,14 +238,23 @@ def _skipping(skip: int, allowance_s: float) -> Iterator[None]:
         yield
 
 
+def _uses_ema(optimizer: Any) -> bool:
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's
+    return optimizer is not None and bool(getattr(inner, "use_ema", False))
+
+
+def _finalize_averages(model: Any) -> None:
+    if _uses_ema(getattr(model, "optimizer", None)):
+        model.optimizer.finalize_variable_values(model.trainable_weights)
+
+
 @contextlib.contextmanager
 def _averages_at_the_end_only(model: Any, last: bool) -> Iterator[None]:
     """A resume splits one ``fit`` into calls, and Keras ends each with
     ``finalize_variable_values``, which with ``use_ema=True`` overwrites the weights
     with their moving averages: only the last call of the split may do that."""
     optimizer = getattr(model, "optimizer", None)
-    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's
-    if last or optimizer is None or not getattr(inner, "use_ema", False):
+    if last or not _uses_ema(optimizer):
         yield
         return
     optimizer.finalize_variable_values = lambda *_, **__: None
