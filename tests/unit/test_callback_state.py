@@ -67,4 +67,6 @@ def test_nan_stays_nan_and_what_is_not_a_number_is_not_carried_but_said():
     stop.best = 0.0
     lines = callback_state.restore([stop, odd], saved)
     assert math.isnan(stop.best)
-    assert lines == ["ModelCheckpoint's state is not in the checkpoint: it starts afresh (not exact)"]
+    assert lines == [
+        "ModelCheckpoint's state is not in the checkpoint: it starts afresh (not exact)"
+    ]
