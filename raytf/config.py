@@ -54,6 +54,10 @@ class ScalingConfig:
     MWMS then mirrors across that node's GPUs). ``placement_strategy`` is a Ray
     placement-group strategy; SPREAD puts workers on different nodes when the
     cluster has several and packs them when it has one.
+
+    Raises:
+        ConfigError: A field's value is invalid; the message names the field and the
+            value, before anything starts.
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -137,7 +141,15 @@ class ScalingConfig:
         return isinstance(self.num_workers, tuple)
 
     def require_fixed_size(self, who: str, why: str) -> None:
-        """Refuse an elastic group (or local mode) where ``who`` needs one size of workers."""
+        """Refuse an elastic group (or local mode) where ``who`` needs one size of workers.
+
+        Args:
+            who: What needs the fixed size, for the message (``"a Session"``).
+            why: Why it does, for the message.
+
+        Raises:
+            ConfigError: ``num_workers`` is 0 or a ``(min, max)`` range.
+        """
         if self.is_local:
             raise ConfigError(
                 f"ScalingConfig.num_workers = 0 (local mode): {who} needs worker processes; "
@@ -177,6 +189,10 @@ class LoggingConfig:
     ERROR); None takes the driver's environment, else 1. raytf keeps
     TF's start-up notes off the screen at the same level, since TF prints them before
     it reads the variable; 0 shows them.
+
+    Raises:
+        ConfigError: A field's value is invalid; the message names the field and the
+            value, before anything starts.
     """
 
     log_level: str | None = None
@@ -223,6 +239,10 @@ class RunConfig:
     role, service account, ~/.aws), which refresh by themselves and stay off other
     runs' processes. Forwarded values are copies: a token that expires is not
     renewed in the workers.
+
+    Raises:
+        ConfigError: A field's value is invalid; the message names the field and the
+            value, before anything starts.
     """
 
     name: str | None = None

@@ -14,7 +14,17 @@ import numpy as np
 
 
 def weights_digest(variables) -> str:
-    """SHA-256 of the weights in order (arrays, or variables NumPy can read)."""
+    """SHA-256 of the weights in order (arrays, or variables NumPy can read).
+
+    Args:
+        variables (Iterable): The weights in a fixed order, e.g. ``model.get_weights()`` or
+            ``model.weights``: NumPy arrays, tensors or variables ``np.asarray`` reads.
+            The bytes are hashed, in this order: another dtype gives another digest,
+            another shape over the same bytes does not.
+
+    Returns:
+        The digest as 64 lowercase hex characters.
+    """
     h = hashlib.sha256()
     for v in variables:
         h.update(np.ascontiguousarray(np.asarray(v)).tobytes())

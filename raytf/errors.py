@@ -33,7 +33,14 @@ class UserCodeLoadError(RaytfError):
 
 
 class WorkerError(RaytfError):
-    """User code raised inside a worker. Keeps the rank and the original traceback."""
+    """User code raised inside a worker. Keeps the rank and the original traceback.
+
+    Args:
+        rank: The rank that raised.
+        exc_type: The exception's class name (``"ValueError"``).
+        message: The exception's message.
+        traceback_text: The worker's formatted traceback.
+    """
 
     def __init__(self, rank: int, exc_type: str, message: str, traceback_text: str):
         self.rank = rank
@@ -47,7 +54,12 @@ class WorkerError(RaytfError):
 
 
 class WorkerDiedError(RaytfError):
-    """A worker's process or node went away (killed, crashed, node lost)."""
+    """A worker's process or node went away (killed, crashed, node lost).
+
+    Args:
+        rank: The rank whose process went away.
+        detail: The first line of what Ray said about it (actor died, node lost, ...).
+    """
 
     def __init__(self, rank: int, detail: str):
         self.rank = rank
@@ -59,7 +71,15 @@ class WorkerDiedError(RaytfError):
 
 
 class TrainingFailedError(RaytfError):
-    """The run ended in failure; ``causes`` lists what went wrong, first cause first."""
+    """The run ended in failure; ``causes`` lists what went wrong, first cause first.
+
+    ``fit()`` sets ``result`` on it (the partial ``Result``) and raises it ``from`` the
+    final cause.
+
+    Args:
+        message: The final cause, every failure before it, the rank's traceback.
+        causes: The failures, first first. Default None: none.
+    """
 
     def __init__(self, message: str, causes: list[BaseException] | None = None):
         self.causes = list(causes or [])
@@ -81,7 +101,13 @@ class CheckpointRestoreError(RaytfError):
 class CheckpointMismatchError(ConfigError):
     """A committed checkpoint does not fit the model being restored (its variables' shapes or
     structure differ: the model changed between launches of one run name). Never retried and
-    never marks the checkpoint bad: the checkpoint is whole, the model is another."""
+    never marks the checkpoint bad: the checkpoint is whole, the model is another.
+
+    Args:
+        run_dir: The run directory whose checkpoint was read.
+        step: The checkpoint's step, or None when unknown.
+        differences: Each variable that differs; the message shows the first 8.
+    """
 
     def __init__(self, run_dir: str, step: int | None, differences: list[str]):
         self.run_dir = run_dir
@@ -131,7 +157,11 @@ class LeaseLostError(RunDirInUseError):
 
 
 class WorkerHangError(RaytfError):
-    """No step progress (or no answer from a worker) within the watchdog's timeout."""
+    """No step progress (or no answer from a worker) within the watchdog's timeout.
+
+    Args:
+        detail: What stalled, for how long, past which timeout; the stacks when collected.
+    """
 
     def __init__(self, detail: str):
         self.detail = detail

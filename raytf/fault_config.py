@@ -54,6 +54,10 @@ class CheckpointConfig:
     newest ``DEFAULT_KEEP`` unless ``num_to_keep`` says otherwise. What a loop
     checkpoints is what it named (``ctx.restore``; a Keras ``fit`` names its
     model). ``default_interval=False``: saves only when asked.
+
+    Raises:
+        ConfigError: A field's value is invalid; the message names the field and the
+            value, before anything starts.
     """
 
     num_to_keep: int | None = None
@@ -148,6 +152,10 @@ class FailureConfig:
     most 1 % of a step, else as seldom as keeps it there (a SIGKILL then redoes
     fewer steps than that; ``raytf.checkpoint.copy_cadence``); 1: every step, nothing
     completed redone, whatever the copy costs.
+
+    Raises:
+        ConfigError: A field's value is invalid; the message names the field and the
+            value, before anything starts.
     """
 
     max_failures: int | None = None

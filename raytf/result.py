@@ -61,6 +61,17 @@ class Result:
 
         The run's final ``model/model.keras``; with ``step``, checkpoint ``step``'s
         weights in the model's saved architecture (``raytf.checkpoint.model_files``).
+
+        Args:
+            step: A committed checkpoint's global step. Default None: the final
+                ``model.keras``, else the latest committed checkpoint.
+
+        Returns:
+            The Keras model; one rebuilt from a checkpoint is not compiled (no optimizer).
+
+        Raises:
+            FileNotFoundError: No such committed checkpoint, or the loop never named its
+                model (``ctx.restore(model=...)``), so no architecture was saved.
         """
         from raytf.checkpoint.model_files import load_model
 
@@ -68,7 +79,11 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> Any:
-        """Rank 0's reports as a ``pandas.DataFrame``, one row per report (Ray Train's name)."""
+        """Rank 0's reports as a ``pandas.DataFrame``, one row per report (Ray Train's name).
+
+        Raises:
+            ImportError: pandas is not installed.
+        """
         try:
             import pandas as pd
         except ImportError:
@@ -88,6 +103,13 @@ class Result:
 
         Expects each rank's return value to hold ``weights_digest`` and ``steps``
         (the jobs return them), so ``digests_agree`` says every worker ended alike.
+
+        Args:
+            elapsed_s: The run's wall time as the job measured it, in seconds.
+
+        Returns:
+            A JSON-able dict: final metrics, steps, attempts, failures, checkpoint,
+                ``weights_digest`` and ``digests_agree``, the run directory, ...
         """
         ranks = [r for r in self.worker_results if isinstance(r, dict)]
         digests = {r.get("weights_digest") for r in ranks}

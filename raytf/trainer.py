@@ -22,6 +22,23 @@ class Trainer:
     Ray Data datasets: each worker reads its equal shard with
     ``raytf.get_dataset_shard(name)``. ``ScalingConfig(num_workers=0)`` runs the
     loop in this process instead (``raytf.local_mode``).
+
+    Args:
+        train_loop_per_worker: The function each worker runs, as ``fn(config)`` or
+            ``fn()``. Must be importable on the workers (its module shipped or installed).
+        train_loop_config: Passed to ``train_loop_per_worker`` and seen as
+            ``get_context().config``. Default None: an empty dict.
+        scaling_config: Workers and their resources. Default None: ``ScalingConfig()``,
+            one CPU worker.
+        run_config: Run name, storage, checkpoints, failure handling, callbacks. Default
+            None: ``RunConfig()``, a new name under ``RAYTF_STORAGE_PATH``.
+        datasets: Names to ``ray.data.Dataset``; each worker reads an equal shard.
+            Default None: no Ray Data input.
+
+    Raises:
+        ConfigError: An argument has the wrong type, a ``datasets`` key or value is not a
+            name and a Ray Data dataset, or ``ScalingConfig.global_batch_size`` splits over
+            none of the world sizes ``num_workers`` allows.
     """
 
     def __init__(
@@ -62,7 +79,32 @@ class Trainer:
         )
 
     def fit(self) -> Result:
-        """Train to the end and return the Result; raise TrainingFailedError otherwise."""
+        """Train to the end and return the Result; raise TrainingFailedError otherwise.
+
+        Starts (or joins) Ray, places the group, runs the loop on every worker and
+        restarts it from the latest committed checkpoint after the failures
+        ``FailureConfig`` allows. Blocks until the run ends.
+
+        Returns:
+            The run's ``Result``: rank 0's metrics, the latest checkpoint, every rank's
+                return value, the failures survived. A run stopped by SIGTERM or SIGINT
+                re-raises the signal (``SystemExit(143)`` or ``KeyboardInterrupt``) after its
+                last checkpoint instead.
+
+        Raises:
+            ConfigError: Before any worker starts: the storage path cannot be written,
+                a local run directory is not shared by every node, the workers leave no
+                CPU for Ray Data's tasks, or ``datasets`` with ``num_workers=0``.
+            RunDirInUseError: Another live driver holds this run directory's lease.
+            UnsatisfiableResourcesError: No node of the cluster can ever hold a worker.
+            DataShardError: A dataset is too small to give every worker a batch.
+            TrainingFailedError: The run ended in failure. Its ``causes`` (first cause
+                first, also ``__cause__``) are raytf's errors: ``WorkerError`` (user code
+                raised), ``WorkerDiedError``, ``WorkerHangError``,
+                ``PlacementTimeoutError``, ``CheckpointMismatchError``,
+                ``StorageUnavailableError``, ``LeaseLostError``, ``DataShardError``,
+                ``DependencyError``; its ``result`` holds the partial ``Result``.
+        """
         if self.scaling_config.is_local:
             from raytf.local_mode import run_locally
 
@@ -72,7 +114,15 @@ class Trainer:
 
     def as_trainable(self):
         """A Ray Tune trainable: one trial, one run of this trainer with the trial's config
-        merged over ``train_loop_config`` (see ``raytf.integrations.tune``)."""
+        merged over ``train_loop_config`` (see ``raytf.integrations.tune``).
+
+        Returns:
+            (type[ray.tune.Trainable]): A subclass for ``Tuner(trainable, param_space=...)``.
+
+        Raises:
+            ConfigError: ``ScalingConfig.num_workers`` is elastic or 0: a trial holds a
+                fixed reservation of worker processes.
+        """
         from raytf.integrations.tune import trainable
 
         return trainable(self.run_spec())

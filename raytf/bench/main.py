@@ -34,19 +34,19 @@ SIZES = {"mlp": (128, 256, 3072), "conv": (64, 128, 1024)}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="raytf bench", description=__doc__.split("\n")[0])
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2, help="workers in every run")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each way and workload (medians)")
     p.add_argument("--workloads", default="mlp,conv", help="comma-separated: mlp, conv")
     p.add_argument("--ways", default="raytf,mwms,raytrain", help="comma-separated")
     p.add_argument("--steps", type=int, default=None, help="override every workload's steps")
-    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     p.add_argument("--report-every", type=int, default=64, help="steps between metric reports")
     p.add_argument(
         "--kill-after", type=float, default=15.0, help="SIGKILL rank 1 this long into training"
     )
     p.add_argument("--no-recovery", action="store_true", help="skip the SIGKILL runs")
     p.add_argument("--scale", default="4,16,64", help="control-plane sizes ('' to skip)")
-    p.add_argument("--scale-steps", type=int, default=500)
+    p.add_argument("--scale-steps", type=int, default=500, help="steps of each control-plane run")
     p.add_argument("--use-gpu", action="store_true", help="one GPU per worker, NCCL")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (the test)")
     p.add_argument("--out", default=None, help="Markdown file to write the table into")

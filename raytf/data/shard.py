@@ -42,7 +42,17 @@ def _pick(batch: dict, cols: str | list[str]) -> Any:
 
 
 class DataShard:
-    """This rank's shard of one dataset. Get it with ``raytf.get_dataset_shard(name)``."""
+    """This rank's shard of one dataset. Get it with ``raytf.get_dataset_shard(name)``.
+
+    Args:
+        name: The dataset's key in the trainer's ``datasets``.
+        iterator: raytf's: Ray Data's ``DataIterator`` of this shard.
+        schema: raytf's: the dataset's schema, fetched once by the driver. Default None.
+        rank: raytf's: this worker's rank.
+        num_replicas: raytf's: replicas in sync over the group.
+        on_epoch: raytf's: told each epoch's batch count, for the driver's lockstep check.
+        position: raytf's: where each dataset's reading is, for the driver's poll.
+    """
 
     def __init__(
         self,
@@ -70,6 +80,18 @@ class DataShard:
         return self._iterator
 
     def per_replica_batch(self, global_batch_size: int) -> int:
+        """Rows per element of ``to_tf``'s dataset: the global batch over the replicas.
+
+        Args:
+            global_batch_size: Examples per step over the whole group.
+
+        Returns:
+            ``global_batch_size // num_replicas``.
+
+        Raises:
+            ConfigError: ``global_batch_size`` is not a positive int or does not divide
+                by the replicas in sync (the message names the nearest that do).
+        """
         return per_replica_batch(global_batch_size, self._num_replicas, f"dataset {self.name!r}: ")
 
     def to_tf(
@@ -91,6 +113,27 @@ class DataShard:
         default) keeps every batch full, so the batch shape is static and every
         rank's step count equal. Columns must have a fixed shape per row (for
         ragged columns use Ray's own ``iterator.to_tf``).
+
+        Args:
+            feature_columns: A column (a tensor per element) or a list of them (a dict).
+            label_columns: The same, for labels. Default None: features only.
+            global_batch_size: Examples per step over the whole group; each element holds
+                ``global_batch_size / replicas`` rows.
+            additional_columns: A third group, e.g. sample weights; needs
+                ``label_columns``. Default None.
+            drop_last: Drop an epoch's last partial batch. Default True.
+            prefetch_batches: Batches Ray Data prepares ahead. Default 1.
+            local_shuffle_buffer_size: Rows in Ray Data's local shuffle buffer. Default
+                None: no shuffle.
+            local_shuffle_seed: That shuffle's seed. Default None: unseeded.
+
+        Returns:
+            (tf.data.Dataset): TF's auto-sharding off: the rows are this rank's already.
+
+        Raises:
+            ConfigError: ``global_batch_size`` does not divide by the replicas in sync.
+            ValueError: A column is missing or ragged, or ``additional_columns`` is given
+                without ``label_columns``.
         """
         return self.batches(
             (feature_columns, label_columns, additional_columns),
@@ -112,7 +155,22 @@ class DataShard:
         local_shuffle_seed: int | None = None,
     ):
         """``to_tf``'s dataset with its batch size given as rows per element (Ray Train's
-        ``to_tf(batch_size=...)`` means rows per worker: ``raytf.integrations``)."""
+        ``to_tf(batch_size=...)`` means rows per worker: ``raytf.integrations``).
+
+        Args:
+            columns: ``(feature_columns, label_columns, additional_columns)``.
+            per_replica: Rows per element.
+            drop_last: Drop an epoch's last partial batch.
+            prefetch_batches: Batches Ray Data prepares ahead. Default 1.
+            local_shuffle_buffer_size: Rows in the local shuffle buffer. Default None.
+            local_shuffle_seed: That shuffle's seed. Default None.
+
+        Returns:
+            (tf.data.Dataset): As ``to_tf``'s.
+
+        Raises:
+            ValueError: As ``to_tf``'s.
+        """
         import tensorflow as tf
 
         feature_columns, label_columns, additional_columns = columns

@@ -23,22 +23,54 @@ class Callback:
     """Override what you need; each is called on the driver, on the callbacks' thread."""
 
     def on_report(self, metrics: dict[str, Any]) -> None:
-        """Rank 0 reported ``metrics``."""
+        """Rank 0 reported ``metrics``.
+
+        Args:
+            metrics: The report as the loop gave it (plain Python values), ``step`` included
+                when the loop sent one.
+        """
 
     def on_checkpoint(self, step: int, path: str) -> None:
-        """A checkpoint of every rank at ``step`` was committed at ``path``."""
+        """A checkpoint of every rank at ``step`` was committed at ``path``.
+
+        Args:
+            step: The global step the checkpoint was taken after.
+            path: The committed checkpoint's directory (a path or a URL) under the run
+                directory's ``checkpoints/``.
+        """
 
     def on_failure(self, attempt: int, kind: str, error: BaseException) -> None:
-        """Attempt ``attempt`` failed; ``kind`` is raytf's classification."""
+        """Attempt ``attempt`` failed; ``kind`` is raytf's classification.
+
+        Args:
+            attempt: The attempt that failed, from 1.
+            kind: ``user_error``, ``worker_died``, ``collective``, ``hang``, ``setup``,
+                ``dependency``, ``restore``, ``checkpoint_mismatch``, ``storage``, or
+                ``fatal`` for a failure that ends the run at once.
+            error: The cause: a ``WorkerError``, ``WorkerDiedError``, ``WorkerHangError``...
+        """
 
     def on_restart(self, attempt: int) -> None:
-        """The group is being started again as attempt ``attempt``."""
+        """The group is being started again as attempt ``attempt``.
+
+        Args:
+            attempt: The attempt about to start, from 2.
+        """
 
     def on_state(self, old: str, new: str) -> None:
-        """The run moved from state ``old`` to ``new`` (SCHEDULING, RUNNING, ...)."""
+        """The run moved from state ``old`` to ``new`` (SCHEDULING, RUNNING, ...).
+
+        Args:
+            old: The state left: SCHEDULING, STARTING, RUNNING or RESTARTING.
+            new: The state entered, a terminal one (FINISHED, ERRORED, STOPPED) included.
+        """
 
     def on_run_end(self, state: str) -> None:
-        """The run ended as ``state`` (FINISHED, ERRORED, STOPPED); the last call."""
+        """The run ended as ``state`` (FINISHED, ERRORED, STOPPED); the last call.
+
+        Args:
+            state: FINISHED, ERRORED or STOPPED.
+        """
 
 
 class DriverCallbacks:

@@ -26,6 +26,11 @@ def ensure_ray(min_cpus: int | None = None, settings: Settings | None = None) ->
     so the same job runs unchanged locally and under ``ray job submit``. An
     embedded instance gets at least ``min_cpus`` logical CPUs (a job that
     feeds its workers from Ray Data needs CPUs beyond theirs).
+
+    Args:
+        min_cpus: logical CPUs an embedded instance gets at least (default: the
+            machine's); ignored when joining a cluster.
+        settings: raytf's settings (default: read from the ``RAYTF_*`` variables).
     """
     if ray.is_initialized():
         return

@@ -28,24 +28,45 @@ METADATA = ".metadata.json"  # Ray's name for a checkpoint's metadata file
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A directory of files, local or in object storage (Ray Train's ``Checkpoint``)."""
+    """A directory of files, local or in object storage (Ray Train's ``Checkpoint``).
+
+    Args:
+        path: The directory: a local path or a URL (``s3://``, ``gs://``, ...).
+    """
 
     path: str
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
+        """Ray's constructor: the checkpoint of the files in ``path`` (not copied here).
+
+        Args:
+            path: A local directory or a URL.
+        """
         return cls(os.fspath(path))
 
     def to_directory(self, path: str | None = None) -> str:
         """Copy the files, subdirectories included, into ``path`` (a new temporary
-        directory by default)."""
+        directory by default).
+
+        Args:
+            path: A local directory. Default None: a new temporary one.
+
+        Returns:
+            The local directory written.
+        """
         path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
         Storage(self.path).download_tree(path)
         return path
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """A local directory holding the files, for the ``with`` block."""
+        """A local directory holding the files, for the ``with`` block.
+
+        Returns:
+            A context manager giving the directory: the checkpoint's own when local,
+                else a temporary copy removed at the block's end.
+        """
         if Storage(self.path).local:
             yield self.path
             return
@@ -56,6 +77,14 @@ class Checkpoint:
             shutil.rmtree(path, ignore_errors=True)
 
     def get_metadata(self) -> dict[str, Any]:
+        """The checkpoint's ``.metadata.json``, as Ray Train keeps it.
+
+        Returns:
+            The metadata dict; empty when the file does not exist.
+
+        Raises:
+            ConfigError: The file is not a JSON object.
+        """
         storage = Storage(self.path)
         if not storage.exists(METADATA):
             return {}
@@ -68,6 +97,14 @@ class Checkpoint:
         return doc
 
     def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into ``.metadata.json`` (written whole, atomically).
+
+        Args:
+            metadata: JSON-able keys and values; they replace those of the same key.
+
+        Raises:
+            ConfigError: The existing file is not a JSON object.
+        """
         Storage(self.path).write_json_atomic({**self.get_metadata(), **metadata}, METADATA)
 
 
@@ -87,6 +124,15 @@ class TensorflowCheckpoint(Checkpoint):
 
     @classmethod
     def from_model(cls, model: Any, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        """A checkpoint holding ``model`` as ``model.keras``, in a new temporary directory.
+
+        Args:
+            model: A Keras model.
+            preprocessor: Ray Data's; refused. Default None.
+
+        Raises:
+            ConfigError: A ``preprocessor`` was given.
+        """
         _no_preprocessor(preprocessor)
         path = tempfile.mkdtemp(prefix="raytf-tf-checkpoint-")
         model.save(os.path.join(path, "model.keras"))
@@ -94,6 +140,15 @@ class TensorflowCheckpoint(Checkpoint):
 
     @classmethod
     def from_h5(cls, file_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        """A checkpoint holding a copy of an ``.h5`` model file.
+
+        Args:
+            file_path: A local ``.h5`` file.
+            preprocessor: Ray Data's; refused. Default None.
+
+        Raises:
+            ConfigError: ``file_path`` is not an ``.h5`` file, or a ``preprocessor``.
+        """
         _no_preprocessor(preprocessor)
         if not os.path.isfile(file_path) or not file_path.endswith(".h5"):
             raise ConfigError(f"TensorflowCheckpoint.from_h5 needs an .h5 file, got {file_path!r}")
@@ -103,6 +158,15 @@ class TensorflowCheckpoint(Checkpoint):
 
     @classmethod
     def from_saved_model(cls, dir_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        """A checkpoint holding a copy of a SavedModel directory.
+
+        Args:
+            dir_path: A local SavedModel directory.
+            preprocessor: Ray Data's; refused. Default None.
+
+        Raises:
+            ConfigError: ``dir_path`` is not a directory, or a ``preprocessor``.
+        """
         _no_preprocessor(preprocessor)
         if not os.path.isdir(dir_path):
             raise ConfigError(
@@ -120,7 +184,14 @@ class TensorflowCheckpoint(Checkpoint):
 
     def get_model(self) -> Any:
         """The Keras model in the checkpoint (Keras 3, or tf_keras under
-        ``TF_USE_LEGACY_KERAS=1``, as ``tf.keras`` resolves)."""
+        ``TF_USE_LEGACY_KERAS=1``, as ``tf.keras`` resolves).
+
+        Returns:
+            The Keras model, or the loaded SavedModel for ``from_saved_model``'s.
+
+        Raises:
+            ConfigError: The metadata names no model file, or one outside the directory.
+        """
         filename = self.get_metadata().get(self.MODEL_FILENAME_KEY)
         if filename is None:
             raise ConfigError(

@@ -91,6 +91,7 @@ class _Context:
 
 
 def get_context() -> _Context:
+    """Ray Train's context: ``get_world_rank()``, ``get_world_size()``, ``get_local_rank()``."""
     return _Context(_raytf_context())
 
 
@@ -99,7 +100,11 @@ def _storage() -> Storage:
 
 
 def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
-    """Report metrics; rank 0's ``checkpoint`` is stored, then named the latest."""
+    """Report metrics; rank 0's ``checkpoint`` is stored, then named the latest.
+
+    Args:
+        metrics: As ``raytf.report``'s: names to numbers, strings or scalar tensors.
+        checkpoint: Rank 0's is kept in ``RUN_DIR/train_checkpoints/``. Default None."""
     ctx = _raytf_context()
     ctx.report(metrics)
     if checkpoint is None or ctx.rank != 0:
@@ -153,14 +158,20 @@ def latest_checkpoint(run_dir: str) -> Checkpoint | None:
 
 def get_dataset_shard(name: str) -> RayDataIterator:
     """This worker's shard of the trainer's dataset ``name``, with Ray's ``DataIterator``
-    methods (``to_tf(..., batch_size=<rows per worker>)``, ``iter_batches``, ...)."""
+    methods (``to_tf(..., batch_size=<rows per worker>)``, ``iter_batches``, ...).
+
+    Args:
+        name: A key of the trainer's ``datasets`` (a ``KeyError`` names those it has)."""
     return RayDataIterator(_raytf_shard(name))
 
 
 def prepare_dataset_shard(tf_dataset_shard: Any) -> Any:
     """Ray Train's helper for a ``tf.data.Dataset`` made from a worker's own shard: that
     data is this worker's already, so MWMS must not shard it again (auto-sharding off);
-    prefetched, as Ray's is."""
+    prefetched, as Ray's is.
+
+    Args:
+        tf_dataset_shard: The ``tf.data.Dataset`` read from this worker's shard."""
     import tensorflow as tf
 
     options = tf.data.Options()
@@ -172,7 +183,10 @@ def get_checkpoint() -> Checkpoint | None:
     """The checkpoint this attempt starts from: the newest an earlier attempt (or run)
     reported, the same on every rank however late a rank asks; once rank 0 reports in
     this attempt, rank 0 gets its own newest (Ray's "latest reported"), the other ranks
-    still the attempt's start, so no rank loads a state the others did not."""
+    still the attempt's start, so no rank loads a state the others did not.
+
+    Returns:
+        The ``Checkpoint``; None when none was reported nor given to the trainer."""
     ctx = _raytf_context()
     storage = Storage(ctx.run_dir)
     doc = _read_latest(storage)
@@ -245,7 +259,12 @@ class _ReportCheckpoint(ReportCheckpointLogic):
 
 class ReportCheckpointCallback(_ReportCheckpoint, keras.callbacks.Callback):
     """Ray Train's callback; under ``TF_USE_LEGACY_KERAS=1`` an instance of the same
-    callback built on tf_keras's ``Callback`` (tf_keras's ``fit`` calls its own hooks)."""
+    callback built on tf_keras's ``Callback`` (tf_keras's ``fit`` calls its own hooks).
+
+    Args:
+        checkpoint_on: When to report ``model.keras``: ``"epoch_end"``, ``"train_batch_end"``.
+        report_metrics_on: The same, for reporting metrics. Default ``"epoch_end"``.
+        metrics: Which logs to report: a key, a list, or ``{name: key}``. Default all."""
 
     def __new__(cls, *args: Any, **kwargs: Any):
         if cls is ReportCheckpointCallback and legacy_keras():
@@ -320,7 +339,15 @@ class TensorflowTrainer(Trainer):
     its first reported checkpoint when the run starts without one (a rerun of
     the same name that has reported checkpoints resumes from its own newest).
     Ray's other arguments configure what raytf does itself: given, they are
-    refused with what to do instead."""
+    refused with what to do instead.
+
+    Args:
+        train_loop_per_worker: As ``raytf.Trainer``'s.
+        resume_from_checkpoint: Where a run without its own starts. Default None.
+        **kwargs: ``train_loop_config``, ``scaling_config``, ``run_config``, ``datasets``.
+
+    Raises:
+        ConfigError: A Ray argument raytf sets up itself, a bad ``resume_from_checkpoint``."""
 
     def __init__(
         self,
@@ -343,6 +370,7 @@ class TensorflowTrainer(Trainer):
         self.resume_from_checkpoint = resume_from_checkpoint
 
     def fit(self) -> Result:
+        """``raytf.Trainer.fit``; ``Result.checkpoint`` is the latest reported ``Checkpoint``."""
         seed = self.resume_from_checkpoint
         if seed is None or self.scaling_config.is_local:
             if seed is not None:

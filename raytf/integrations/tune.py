@@ -52,7 +52,14 @@ STOP_JOIN_S = 60.0  # how long cleanup waits for the group's teardown
 
 def checkpoint_step(checkpoint: Any) -> int | None:
     """The raytf step a Tune checkpoint holds, or None: Tune also saves a trial that ends
-    before raytf committed anything (an early stop), and that checkpoint is empty."""
+    before raytf committed anything (an early stop), and that checkpoint is empty.
+
+    Args:
+        checkpoint: A ``ray.tune.Checkpoint`` (or anything with a ``path``), or a path.
+
+    Returns:
+        The highest step directory in it, or None when it holds none.
+    """
     path = getattr(checkpoint, "path", checkpoint)
     if not path or not os.path.isdir(path):
         return None
@@ -62,7 +69,14 @@ def checkpoint_step(checkpoint: Any) -> int | None:
 
 def loop_config(trial_config: dict) -> dict:
     """What a trial's config adds to ``train_loop_config``: the config itself, or in Ray
-    Train's shape (``param_space={"train_loop_config": {...}}``) what it nests there."""
+    Train's shape (``param_space={"train_loop_config": {...}}``) what it nests there.
+
+    Args:
+        trial_config: The trial's config as Tune gives it.
+
+    Returns:
+        The dict merged over the trainer's ``train_loop_config``.
+    """
     nested = trial_config.get("train_loop_config")
     if isinstance(nested, dict) and set(trial_config) == {"train_loop_config"}:
         return nested
@@ -74,7 +88,18 @@ DATA_BUNDLE = {"CPU": 1.0}  # Ray Data's tasks inside a trial: Tune captures the
 
 def trial_resources(scaling: ScalingConfig, with_data: bool = False) -> tune.PlacementGroupFactory:
     """The trial's reservation: an empty head bundle for the driver, one per worker, and
-    with datasets one CPU for Ray Data (its tasks run inside the trial's group)."""
+    with datasets one CPU for Ray Data (its tasks run inside the trial's group).
+
+    Args:
+        scaling: The trainer's ``ScalingConfig``: its workers' bundles and strategy.
+        with_data: Add the CPU bundle for Ray Data. Default False.
+
+    Returns:
+        A ``tune.PlacementGroupFactory`` with the trainer's placement strategy.
+
+    Raises:
+        ConfigError: ``num_workers`` is elastic or 0: a trial holds a fixed reservation.
+    """
     scaling.require_fixed_size("a Tune trial", "holds a fixed reservation")
     bundle = scaling.worker_resources()
     strategy = scaling.placement_strategy
@@ -83,7 +108,19 @@ def trial_resources(scaling: ScalingConfig, with_data: bool = False) -> tune.Pla
 
 
 def trainable(spec: RunSpec) -> type[tune.Trainable]:
-    """A Tune ``Trainable`` class running ``spec`` (``Trainer.run_spec()``) once per trial."""
+    """A Tune ``Trainable`` class running ``spec`` (``Trainer.run_spec()``) once per trial.
+
+    Args:
+        spec: What to run: the loop, its config, the scaling and run configs, datasets.
+
+    Returns:
+        A ``tune.Trainable`` subclass; each trial's run is named ``<name>-<trial id>``,
+            saves synchronously and reports to Tune at every rank 0 report. A failed run
+            fails the trial with its ``TrainingFailedError``.
+
+    Raises:
+        ConfigError: ``num_workers`` is elastic or 0.
+    """
     resources = trial_resources(spec.scaling, with_data=bool(spec.datasets))
 
     class RaytfTrial(tune.Trainable):

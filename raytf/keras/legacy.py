@@ -18,7 +18,16 @@ from raytf.keras.report_callback import ReportCheckpointLogic
 
 
 class ReportCheckpointCallback(ReportCheckpointLogic, tf_keras.callbacks.Callback):
-    """Report metrics every ``report_every`` batches and at epoch ends; checkpoint on cue."""
+    """Report metrics every ``report_every`` batches and at epoch ends; checkpoint on cue.
+
+    Its ``restore(model)`` and ``initial_epoch_for(steps_per_epoch)`` are Keras 3's
+    callback's (``raytf.keras.ReportCheckpointCallback``).
+
+    Args:
+        report_every: Batches between reports to the driver. Default 10.
+        global_batch_size: Examples per step over the group, for the driver's
+            examples/s. Default None: no throughput.
+    """
 
     def __init__(self, report_every: int = 10, global_batch_size: int | None = None):
         super().__init__()

@@ -37,13 +37,34 @@ class ReportCheckpointLogic:
         self._ended_resumable = False
 
     def restore(self, model: Any) -> int:
-        """Restore model and optimizer from the latest committed checkpoint; the step after it."""
+        """Restore model and optimizer from the latest committed checkpoint; the step after it.
+
+        Call once per worker, after ``compile`` and before ``fit``.
+
+        Args:
+            model: The compiled Keras model; its ``optimizer`` is restored with it.
+
+        Returns:
+            The global step the run resumes after: 0 for a fresh run.
+
+        Raises:
+            RuntimeError: ``restore`` (or ``get_context().restore``) already ran here.
+            CheckpointMismatchError: The checkpoint does not fit this model; at ``fit()``,
+                the cause of a ``TrainingFailedError``, never retried.
+        """
         self.step = get_context().restore(model=model, optimizer=model.optimizer)
         self._reported = self.step
         return self.step
 
     def initial_epoch_for(self, steps_per_epoch: int) -> int:
-        """The epoch ``fit`` resumes at, for an epoch of ``steps_per_epoch`` steps."""
+        """The epoch ``fit`` resumes at, for an epoch of ``steps_per_epoch`` steps.
+
+        Args:
+            steps_per_epoch: Batches per epoch, as passed to ``fit``.
+
+        Returns:
+            ``fit``'s ``initial_epoch``: the epochs the restored step completed.
+        """
         return self.step // int(steps_per_epoch)
 
     def _examples(self) -> int | None:
@@ -59,11 +80,22 @@ class ReportCheckpointLogic:
             get_context().step_end(self.step, resumable=resumable)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
+        """Keras's hook: tells the driver the step ``fit`` ends at (``raytf status``'s ETA).
+
+        Args:
+            logs: Keras's logs (unused).
+        """
         params = getattr(self, "params", None) or {}
         if params.get("steps") and params.get("epochs"):
             get_context().set_total_steps(int(params["steps"]) * int(params["epochs"]))
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Keras's hook: counts the step, reports every ``report_every``, ends the step.
+
+        Args:
+            batch: The batch's index in its epoch, from 0.
+            logs: The batch's metrics, as Keras gives them.
+        """
         ctx = get_context()
         self.step += 1
         if self.step % self.report_every == 0:
@@ -77,12 +109,30 @@ class ReportCheckpointLogic:
         # report: a checkpoint there never commits without the report of its step.
 
     def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Keras's hook: a validation batch shows the driver's watchdog this rank is busy.
+
+        Args:
+            batch: The batch's index.
+            logs: Keras's logs (unused).
+        """
         get_context().heartbeat()  # validation is work, not a hang
 
     def on_predict_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Keras's hook: a prediction batch shows the watchdog this rank is busy.
+
+        Args:
+            batch: The batch's index.
+            logs: Keras's logs (unused).
+        """
         get_context().heartbeat()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Keras's hook: reports the epoch's metrics, then ends a resumable step.
+
+        Args:
+            epoch: The epoch's index, from 0 (reported as ``epoch + 1``).
+            logs: The epoch's metrics, validation ones included.
+        """
         ctx = get_context()
         metrics = {"step": self.step, "epoch": epoch + 1, "epoch_end": True, **(logs or {})}
         ctx.report(metrics, examples=self._examples())
@@ -91,7 +141,15 @@ class ReportCheckpointLogic:
 
 
 class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
-    """Report every ``report_every`` batches and at epoch ends; checkpoint on cue (Keras 3)."""
+    """Report every ``report_every`` batches and at epoch ends; checkpoint on cue (Keras 3).
+
+    Use it inside ``train_loop_per_worker`` only: its hooks call ``raytf.get_context()``.
+
+    Args:
+        report_every: Batches between reports to the driver. Default 10.
+        global_batch_size: Examples per step over the group, for the driver's
+            examples/s. Default None: no throughput.
+    """
 
     def __init__(self, report_every: int = 10, global_batch_size: int | None = None):
         super().__init__()
@@ -100,5 +158,17 @@ class ReportCheckpointCallback(ReportCheckpointLogic, keras.callbacks.Callback):
 
 def for_this_rank(callbacks: list[Any]) -> list[Any]:
     """The callbacks this worker should pass to ``fit``: the same rule as ``KerasTrainer``
-    (file writers and progress bars on the chief only; deciding ones everywhere)."""
+    (file writers and progress bars on the chief only; deciding ones everywhere).
+
+    Args:
+        callbacks: Keras callbacks, the same list on every rank.
+
+    Returns:
+        A new list: all of them on rank 0, on other ranks those that do not write
+            files or print (TensorBoard, ModelCheckpoint, CSVLogger, ProgbarLogger).
+
+    Raises:
+        ConfigError: ``BackupAndRestore`` is among them (raytf checkpoints the group).
+        RuntimeError: Called outside ``train_loop_per_worker``.
+    """
     return callbacks_for_rank(list(callbacks), get_context().rank)

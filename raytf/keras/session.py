@@ -52,7 +52,36 @@ class SessionClosedError(RaytfError):
 
 
 class Session:
-    """An open MWMS worker group holding one compiled Keras model; see the module doc."""
+    """An open MWMS worker group holding one compiled Keras model; see the module doc.
+
+    Every command below raises ``SessionClosedError`` once the session is closed or
+    its group ended, ``RaytfError`` when it raised on some rank (the group stays
+    open), and the run's ``TrainingFailedError`` when the group failed meanwhile.
+
+    Args:
+        build_model: As ``KerasTrainer``'s: returns the compiled model.
+        dataset_fn: As ``KerasTrainer``'s: this worker's training input.
+        global_batch_size: Examples per step over the whole group.
+        steps_per_epoch: Steps before the input starts its next pass. Default None: one
+            pass over the shard.
+        validation_fn: As ``dataset_fn``, for ``evaluate``. Default None.
+        validation_steps: Batches ``evaluate`` reads. Default None: one pass.
+        step_mode: ``"compiled"`` (default), ``"eager"`` or ``"xla"``.
+        steps_per_call: Steps per call into the graph. Default 1.
+        train_loop_config: Passed to ``build_model`` and ``dataset_fn``. Default None.
+        scaling_config: A fixed number of workers (not elastic, not 0). Default None:
+            ``ScalingConfig()``.
+        run_config: Default None: ``RunConfig()``; reuse a name to continue from its
+            last checkpoint.
+        open_timeout_s: Seconds to wait for every rank to build the model. Default 600.
+
+    Raises:
+        ConfigError: An option is invalid, ``num_workers`` is elastic or 0, or
+            ``FailureConfig.max_failures`` is not unset or 0 (a Session never restarts).
+        UnsatisfiableResourcesError: No node can ever hold a worker.
+        TrainingFailedError: The group failed while opening.
+        TimeoutError: Not every rank was ready within ``open_timeout_s``.
+    """
 
     def __init__(
         self,
@@ -104,7 +133,22 @@ class Session:
         """A session for any loop: each rank calls ``setup(worker[, config])`` once (its
         value is ``worker.state``), then every ``run(fn, ...)`` calls ``fn(worker, ...)``
         (``raytf.worker.commands.CustomLoopRun``). ``fit``/``evaluate`` are Keras's and
-        not available; ``run``, ``step``, ``checkpoint`` and ``close`` are."""
+        not available; ``run``, ``step``, ``checkpoint`` and ``close`` are.
+
+        Args:
+            setup: ``setup(worker)`` or ``setup(worker, config)``, once per rank.
+            train_loop_config: The ``config`` ``setup`` gets. Default None: empty.
+            scaling_config: A fixed number of workers. Default None: ``ScalingConfig()``.
+            run_config: Default None: ``RunConfig()``.
+            open_timeout_s: Seconds to wait for every rank's ``setup``. Default 600.
+
+        Returns:
+            The open ``Session``.
+
+        Raises:
+            ConfigError: As the constructor's.
+            TimeoutError: Not every rank was ready within ``open_timeout_s``.
+        """
         session = cls.__new__(cls)
         session._keras = False
         session._open(
@@ -226,6 +270,17 @@ class Session:
 
         ``step_mode`` ("eager", "compiled", "xla") applies to this command only: one
         eager step to ``print`` or stop in a debugger on a rank, then compiled again.
+
+        Args:
+            steps: Global steps to run, at least 1.
+            step_mode: ``"eager"``, ``"compiled"`` or ``"xla"`` for this command. Default
+                None: the session's.
+
+        Returns:
+            Metric name to its global value over these steps, with ``step``.
+
+        Raises:
+            ConfigError: ``steps`` or ``step_mode`` is invalid, or a custom session.
         """
         self._keras_only("fit")
         if not isinstance(steps, int) or steps < 1:
@@ -244,26 +299,56 @@ class Session:
         collectives inside line up. An exception answers with each failing rank's
         traceback and the group stays usable, unless some ranks raised while others
         wait in a collective (the hang timeout then ends the session).
+
+        Args:
+            fn: Called as ``fn(worker, *args, **kwargs)`` on each rank; must pickle.
+            *args: Passed on to ``fn``.
+            **kwargs: Passed on to ``fn``.
+
+        Returns:
+            Each rank's return value, rank 0 first.
         """
         return self._call("run", gather=True, fn=fn, args=args, kwargs=kwargs)
 
     def evaluate(self, steps: int | None = None) -> dict[str, float]:
-        """Global metrics over the validation data (one pass, or ``steps`` batches)."""
+        """Global metrics over the validation data (one pass, or ``steps`` batches).
+
+        Args:
+            steps: Validation batches to read. Default None: ``validation_steps``, else
+                one pass.
+
+        Returns:
+            Metric name to its global value.
+
+        Raises:
+            ConfigError: A custom session.
+            RaytfError: No ``validation_fn`` was given (raised on every rank).
+        """
         self._keras_only("evaluate")
         return self._call("evaluate", steps=steps)
 
     def set_learning_rate(self, value: float) -> None:
-        """Set the optimizer's learning rate on every worker."""
+        """Set the optimizer's learning rate on every worker.
+
+        Args:
+            value: The new learning rate, a number (an optimizer built with a schedule
+                refuses it: a ``RaytfError`` naming the rank).
+
+        Raises:
+            ConfigError: A custom session.
+        """
         self._keras_only("set_learning_rate")
         self.info = self._call("set_learning_rate", value=float(value))
 
     @property
     def learning_rate(self) -> float:
+        """The optimizer's current learning rate (rank 0's)."""
         self._keras_only("learning_rate")
         return self._call("describe")["learning_rate"]
 
     @property
     def step(self) -> int:
+        """The global step reached, counting on from a resumed checkpoint's."""
         return self._call("describe")["step"]
 
     def weights_digest(self) -> str:
@@ -277,7 +362,11 @@ class Session:
         return self._call("get_weights")
 
     def checkpoint(self) -> str:
-        """Checkpoint every rank at the current step; returns the committed directory."""
+        """Checkpoint every rank at the current step; returns the committed directory.
+
+        Raises:
+            RaytfError: The checkpoint was taken but not committed.
+        """
         step = self._call("checkpoint")["step"]
         latest = self._controller.ckpts.latest
         if latest is None or latest.step != step:
@@ -285,7 +374,11 @@ class Session:
         return latest.path
 
     def close(self) -> Result:
-        """End the group (the workers exit their loop) and return the run's Result."""
+        """End the group (the workers exit their loop) and return the run's Result.
+
+        Raises:
+            TrainingFailedError: The group had failed; ``causes`` says why.
+        """
         if not self._done:
             self._call("close")
         self._thread.join()

@@ -80,6 +80,38 @@ class KerasTrainer:
     resume can find its place. ``steps_per_epoch`` defaults to one pass over
     the shard. ``validation_fn`` works the same way and gives ``val_*``
     metrics at each epoch end. Metrics are global: every worker's examples.
+
+    Args:
+        build_model: ``build_model()`` or ``build_model(config)``: returns the compiled
+            Keras 3 model; called on every worker inside ``strategy.scope()``.
+        dataset_fn: ``dataset_fn(input_context)`` or ``dataset_fn(input_context, config)``:
+            returns this worker's ``tf.data.Dataset`` of per-replica batches.
+        global_batch_size: Examples per step over the whole group; must divide by the
+            replicas in sync (workers x GPUs per worker, or workers on CPU).
+        epochs: Epochs to train. Default 1.
+        steps_per_epoch: Steps (global batches) per epoch. Default None: one pass over
+            the shard; required for an elastic ``num_workers``.
+        validation_fn: Like ``dataset_fn``, for the validation data. Default None: no
+            validation.
+        validation_steps: Validation batches per epoch end. Default None: one pass.
+        callbacks: Keras callbacks: file writers and progress bars run on rank 0 only,
+            deciding ones (EarlyStopping, ...) on every rank. Default None: none.
+        step_mode: ``"compiled"`` (default, one ``tf.function``), ``"eager"`` (Python
+            per step, for ``print`` and debuggers) or ``"xla"`` (``jit_compile``).
+        steps_per_call: Steps per call into the graph; checkpoints and reports fall on
+            call boundaries. Default 1.
+        report_every: Steps between metric reports to the driver. Default 10.
+        return_weights: Put rank 0's final weights in ``Result.weights``. Default True.
+        train_loop_config: Passed to ``build_model`` and ``dataset_fn`` when they take a
+            ``config``. Default None: an empty dict.
+        scaling_config: Workers and their resources. Default None: ``ScalingConfig()``.
+        run_config: Name, storage, checkpoints, failures. Default None: ``RunConfig()``.
+
+    Raises:
+        ConfigError: An option is invalid (a value that is not a function, a count that
+            is not a positive int, an unknown ``step_mode``, ``BackupAndRestore`` among
+            the callbacks), ``global_batch_size`` does not split over the replicas, or
+            ``steps_per_epoch`` is None with an elastic ``num_workers``.
     """
 
     def __init__(
@@ -135,11 +167,32 @@ class KerasTrainer:
 
     def as_trainable(self):
         """A Ray Tune trainable (``raytf.integrations.tune``): the trial's config is merged over
-        ``train_loop_config``, which ``build_model(config)`` receives."""
+        ``train_loop_config``, which ``build_model(config)`` receives.
+
+        Returns:
+            (type[ray.tune.Trainable]): A subclass for ``Tuner(trainable, param_space=...)``.
+
+        Raises:
+            ConfigError: ``num_workers`` is elastic or 0 (a trial holds a fixed reservation).
+        """
         return self._trainer.as_trainable()
 
     def fit(self) -> Result:
-        """Train; the Result's ``history`` is Keras's ``History.history`` (per-epoch lists)."""
+        """Train; the Result's ``history`` is Keras's ``History.history`` (per-epoch lists).
+
+        Returns:
+            The run's ``Result``; ``weights`` holds rank 0's final weights (NumPy arrays)
+                when ``return_weights``, ``load_model()`` the trained model.
+
+        Raises:
+            ConfigError: Before any worker starts, as ``Trainer.fit`` (storage, cluster);
+                ``RunDirInUseError`` when another driver holds the run directory.
+            UnsatisfiableResourcesError: No node can ever hold a worker.
+            TrainingFailedError: The run failed; ``causes`` holds raytf's errors
+                (``WorkerError`` for an exception on a worker, an uncompiled model among
+                them, ``WorkerDiedError``, ``WorkerHangError``, ``CheckpointMismatchError``,
+                ...), ``result`` the partial ``Result``.
+        """
         result = self._trainer.fit()
         chief = result.worker_results[0] if result.worker_results else None
         if isinstance(chief, dict) and "weights" in chief:

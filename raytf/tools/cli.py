@@ -265,18 +265,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="benchmark raytf against hand-launched MWMS and Ray Train (raytf bench --help)",
         add_help=False,
     )
-    bench.add_argument("args", nargs=argparse.REMAINDER)
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="bench's own options (below)")
     bench.set_defaults(func=_bench)
     export = sub.add_parser("export", help="write a committed checkpoint as a Keras model file")
     export.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
     export.add_argument("--step", type=int, default=None, help="default: the latest checkpoint")
-    export.add_argument("--format", choices=("keras", "saved_model"), default="keras")
+    export.add_argument(
+        "--format",
+        choices=("keras", "saved_model"),
+        default="keras",
+        help="a .keras file, or a TF SavedModel directory (for TF Serving)",
+    )
     export.add_argument("--out", default=None, help="default: model.keras or saved_model/")
     export.set_defaults(func=_export)
     pool = sub.add_parser(
         "pool", help="keep processes with TensorFlow imported on every node, for warm starts"
     )
-    pool.add_argument("action", choices=("start", "stop", "list"))
+    pool.add_argument(
+        "action",
+        choices=("start", "stop", "list"),
+        help="start: top every node up to --per-node; stop: end them all; "
+        "list: one JSON line per kept process",
+    )
     pool.add_argument("--per-node", type=int, default=2, help="processes kept on each node")
     pool.add_argument("--idle-s", type=float, default=600.0, help="each exits after this long")
     pool.set_defaults(func=_pool)

@@ -83,7 +83,21 @@ class _ReportBuffer:
 
 
 class TrainContext:
-    """The worker's view of the run. Get it with ``raytf.get_context()``."""
+    """The worker's view of the run. Get it with ``raytf.get_context()``.
+
+    Args:
+        strategy: The worker's ``MultiWorkerMirroredStrategy`` (one-device in local mode).
+        rank: This worker's rank, 0 to ``world_size - 1``; 0 is the chief.
+        world_size: Workers in the group this attempt (an elastic group's may change).
+        local_rank: This worker's index among the workers on its node.
+        node_ip: The IP address of this worker's node.
+        config: ``train_loop_config``, with a Tune trial's config merged over it.
+        run_dir: The run directory, ``storage_path/name`` (a path or a URL).
+        buffer: raytf's own: what the driver drains at each poll.
+        checkpointer: raytf's own (None: no checkpoints). Default None.
+        shards: raytf's own: this rank's Ray Data iterators. Default None.
+        attempt: The run's attempt this context belongs to, from 1. Default 1.
+    """
 
     def __init__(
         self,
@@ -131,6 +145,15 @@ class TrainContext:
         is kept for status); rank 0's reports form the history. ``examples`` is
         the number of examples the whole group processed since the last report;
         the driver turns it into examples/s. A ``step`` key drives the progress line.
+
+        Args:
+            metrics: Name to a number, string, bool, list of them or scalar tensor.
+            examples: Examples the whole group processed since the last report. Default
+                None: no throughput.
+
+        Raises:
+            TypeError: ``metrics`` is not a dict, or a value is none of those types; at
+                ``fit()``, a ``WorkerError`` cause of ``TrainingFailedError``.
         """
         clean = clean_metrics(metrics, self.rank)
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
@@ -141,6 +164,12 @@ class TrainContext:
 
         ``shard.to_tf(features, labels, global_batch_size=B)`` reads it as a
         ``tf.data.Dataset`` of per-replica batches, one epoch per iteration.
+
+        Args:
+            name: A key of the trainer's ``datasets``.
+
+        Raises:
+            KeyError: The trainer has no dataset ``name``.
         """
         if name not in self._shards:
             if name not in self._iterators:
@@ -170,6 +199,17 @@ class TrainContext:
         pipeline by this step (a distributed iterator cannot be checkpointed,
         tensorflow#56372). Python's and NumPy's global RNG states are saved and
         restored per rank as well.
+
+        Args:
+            **trackables: TF trackables by name (``model=m, optimizer=opt``), alike on every rank.
+
+        Returns:
+            The global step to resume after: 0 for a fresh run.
+
+        Raises:
+            RuntimeError: ``restore`` was already called in this worker.
+            CheckpointMismatchError: The checkpoint does not fit these objects; at
+                ``fit()``, the cause of a ``TrainingFailedError``, never retried.
         """
         if self._checkpointer is None:
             return 0
@@ -197,12 +237,25 @@ class TrainContext:
 
         For state TF's checkpoint does not hold, such as Keras metric
         accumulators in mid-epoch. Call before ``restore``.
+
+        Args:
+            name: The state's key in the checkpoint; unique in the run.
+            get: Called at each save with no argument; returns a JSON-able value.
+            set_: Called at ``restore`` with the value saved, when a checkpoint has one.
         """
         if self._checkpointer is not None:
             self._checkpointer.add_state(name, get, set_)
 
     def checkpoint_now(self, step: int, reason: str = "session") -> None:
-        """Save at ``step`` now; every rank must call it at the same step."""
+        """Save at ``step`` now; every rank must call it at the same step.
+
+        Args:
+            step: The global step just finished, the checkpoint's label.
+            reason: Why, as the run's records show it. Default ``"session"``.
+
+        Raises:
+            RuntimeError: This worker has no checkpointer.
+        """
         if self._checkpointer is None:
             raise RuntimeError("checkpoints are not set up on this worker")
         self._buffer.step = self._step = int(step)
@@ -216,7 +269,15 @@ class TrainContext:
     def slow_phase(self, name: str, limit_s: float | None = None):
         """``with ctx.slow_phase("building the index", limit_s=3600):`` -- a phase of the
         loop's own that makes no progress the driver can see, timed against ``limit_s``
-        (default ``FailureConfig.phase_timeout_s``) instead of ``hang_timeout_s``."""
+        (default ``FailureConfig.phase_timeout_s``) instead of ``hang_timeout_s``.
+
+        Args:
+            name: What the phase does, as a hang report names it.
+            limit_s: Seconds before a ``WorkerHangError``. Default None: ``phase_timeout_s``.
+
+        Returns:
+            (contextlib.AbstractContextManager): The phase lasts for its ``with`` block.
+        """
         return self._buffer.liveness.phase(name, limit_s)
 
     def next_command(self) -> Command:
@@ -229,12 +290,21 @@ class TrainContext:
             self._buffer.waiting = False
 
     def reply(self, command_id: int, value: Any) -> None:
-        """Answer one session command; the driver waits for every rank's answer."""
+        """Answer one session command; the driver waits for every rank's answer.
+
+        Args:
+            command_id: The ``Command.id`` of the command answered.
+            value: The answer: anything Ray can serialize.
+        """
         self._buffer.put(Reply(self.rank, int(command_id), value))
         self._buffer.liveness.progressed()
 
     def set_total_steps(self, steps: int) -> None:
-        """The step the loop will stop at, when it knows: ``raytf status`` shows an ETA."""
+        """The step the loop will stop at, when it knows: ``raytf status`` shows an ETA.
+
+        Args:
+            steps: The global step the loop ends at.
+        """
         self._buffer.total_steps = int(steps)
 
     def step_end(self, step: int, *, resumable: bool = True) -> None:
@@ -245,6 +315,10 @@ class TrainContext:
         lock when no checkpoint is due. ``resumable=False`` marks a step the loop
         cannot resume from (inside a Keras ``fit`` epoch): a save the driver asks
         for, or an emergency one, waits for the next resumable step.
+
+        Args:
+            step: The global step just finished (on from the one ``restore`` returned).
+            resumable: Whether the loop can resume after this step. Default True.
         """
         self._buffer.step = self._step = int(step)
         self._buffer.liveness.progressed()
@@ -263,7 +337,14 @@ def _set_context(ctx: TrainContext | None) -> None:
 
 
 def get_context() -> TrainContext:
-    """The running worker's context; only valid inside ``train_loop_per_worker``."""
+    """The running worker's context; only valid inside ``train_loop_per_worker``.
+
+    Returns:
+        This worker's ``TrainContext``.
+
+    Raises:
+        RuntimeError: Not inside a loop raytf started (on the driver, say).
+    """
     if _current is None:
         raise RuntimeError(
             "raytf.get_context() is only available inside train_loop_per_worker, "
@@ -273,20 +354,47 @@ def get_context() -> TrainContext:
 
 
 def step_end(step: int) -> None:
-    """Shortcut for ``get_context().step_end(step)``."""
+    """Shortcut for ``get_context().step_end(step)``.
+
+    Args:
+        step: The global step just finished (see ``TrainContext.step_end``).
+    """
     get_context().step_end(step)
 
 
 def get_dataset_shard(name: str) -> Any:
-    """Shortcut for ``get_context().get_dataset_shard(name)``."""
+    """Shortcut for ``get_context().get_dataset_shard(name)``.
+
+    Args:
+        name: A key of the trainer's ``datasets``.
+
+    Returns:
+        This rank's ``DataShard`` of that dataset.
+
+    Raises:
+        KeyError: The trainer has no dataset ``name``.
+    """
     return get_context().get_dataset_shard(name)
 
 
 def slow_phase(name: str, limit_s: float | None = None):
-    """Shortcut for ``get_context().slow_phase(...)``."""
+    """Shortcut for ``get_context().slow_phase(...)``.
+
+    Args:
+        name: What the phase does, as a hang report names it.
+        limit_s: Seconds it may take. Default None: ``FailureConfig.phase_timeout_s``.
+    """
     return get_context().slow_phase(name, limit_s)
 
 
 def report(metrics: dict[str, Any], *, examples: int | None = None) -> None:
-    """Shortcut for ``get_context().report(...)``."""
+    """Shortcut for ``get_context().report(...)``.
+
+    Args:
+        metrics: Metric name to a number, string, bool, list of them or scalar tensor.
+        examples: Examples the whole group processed since the last report. Default None.
+
+    Raises:
+        TypeError: A value is none of those types.
+    """
     get_context().report(metrics, examples=examples)

@@ -128,7 +128,9 @@ def add_parser(sub) -> None:
     cmds = local.add_subparsers(dest="local_command", required=True)
     up = cmds.add_parser("up", help="start a head and N worker nodes")
     up.add_argument("--nodes", type=int, default=2, help="worker nodes (besides the head)")
-    up.add_argument("--cpus-per-node", type=int, default=2)
+    up.add_argument(
+        "--cpus-per-node", type=int, default=2, help="logical CPUs each worker node declares to Ray"
+    )
     up.add_argument("--gpus-per-node", type=int, default=0, help="declared as Ray resources")
     up.add_argument("--head-cpus", type=int, default=0, help="0: no training on the head")
     up.set_defaults(func=_up)
