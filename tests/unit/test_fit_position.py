@@ -134,6 +134,14 @@ def test_each_input_form_keeps_its_steps_per_epoch_and_names_what_a_restart_chan
         def on_epoch_end(self):
             pass
 
+    class Endless(keras.utils.PyDataset):
+        def __getitem__(self, i):
+            return np.zeros((2, 1), "float32"), np.zeros((2,), "float32")
+
+        @property
+        def num_batches(self):
+            return None
+
     x = np.zeros((8, 1), "float32")
     cases = {  # input, steps_per_epoch, shuffle -> the restart note's start (None: exact)
         "arrays shuffled, no seed": (x, None, True, "fit(shuffle=True) on arrays"),
@@ -144,6 +152,9 @@ def test_each_input_form_keeps_its_steps_per_epoch_and_names_what_a_restart_chan
         "PyDataset in order": (Plain(), None, False, None),
         "PyDataset, fewer steps": (Plain(), 4, False, "steps_per_epoch=4 of a PyDataset"),
         "PyDataset changed at epoch ends": (Reshuffled(), None, False, "Reshuffled.on_epoch"),
+        "PyDataset without an end": (Endless(), 4, False, "a PyDataset without an end"),
+        "a dict of arrays": ({"a": x, "b": [x]}, None, False, None),
+        "an iterable of its own": (range(3), None, False, "the input is a range"),
     }
     for name, (data, steps, shuffle, note) in cases.items():
         kind = classify(data, steps, shuffle)

@@ -44,6 +44,10 @@ def other_input(x: Any, steps_per_epoch: int | None, shuffle: Any) -> tuple[str,
             "its first batch where the run would have gone on from its last"
         )
         return MID_EPOCH.format(what="a Python generator"), note
+    if not _is_arrays(x):  # a distributed dataset, an iterable of its own...
+        what = f"a {type(x).__name__}"
+        note = f"the input is a {type(x).__name__}: raytf cannot tell what a restart gives"
+        return MID_EPOCH.format(what=what), note
     what = f"arrays ({type(x).__name__})"
     note = None
     if shuffle and shuffle != "batch" and _tf_seed() is None:
@@ -71,15 +75,41 @@ def _tf_seed() -> int | None:
     return read() if callable(read) else None
 
 
+def _is_arrays(x: Any) -> bool:
+    """What Keras's array adapter takes: NumPy arrays, tensors, pandas objects, and lists,
+    tuples or dicts of them."""
+    if isinstance(x, (list, tuple)):
+        return all(_is_arrays(v) for v in x)
+    if isinstance(x, dict):
+        return all(_is_arrays(v) for v in x.values())
+    if isinstance(x, (int, float, bool)):  # a list of lists of numbers is an array too
+        return True
+    kind = type(x)
+    return hasattr(x, "shape") or kind.__module__.split(".")[0] in ("numpy", "pandas")
+
+
+def _batches(x: Any) -> int | None:
+    """A PyDataset's length, or None when it has none (an infinite one)."""
+    try:
+        return getattr(x, "num_batches", None)
+    except NotImplementedError:  # no __len__: Keras says so itself when fit reads it
+        return None
+
+
 def _py_dataset_note(x: Any, steps_per_epoch: int | None, shuffle: Any) -> str | None:
     import keras
 
-    if shuffle and getattr(x, "num_batches", None) is not None:
+    batches = _batches(x)
+    if batches is None and steps_per_epoch is not None:
+        return (
+            "a PyDataset without an end read with steps_per_epoch: Keras reads it on across "
+            "epochs, a restart reads it from its first batch"
+        )
+    if shuffle and batches is not None:
         return (
             "fit(shuffle=True) on a PyDataset: Keras draws each epoch's batch order from "
             "Python's random state, which a restart does not restore (pass shuffle=False)"
         )
-    batches = getattr(x, "num_batches", None)
     if steps_per_epoch is not None and batches is not None and int(steps_per_epoch) < batches:
         return (
             f"steps_per_epoch={steps_per_epoch} of a PyDataset of {batches} batches: Keras "

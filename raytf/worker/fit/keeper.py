@@ -43,6 +43,10 @@ def strategy_of(model: Any, ctx: Any) -> Any:
     return getattr(model, "distribute_strategy", None) or ctx.strategy
 
 
+# The place's format: 2 counts calls of the tracked model only (1 counted every fit call).
+STATE_VERSION = 2
+
+
 class Keeper(keras.callbacks.Callback):
     """The place of one ``fit`` call: the state raytf's checkpoints hold for it."""
 
@@ -85,6 +89,7 @@ class Keeper(keras.callbacks.Callback):
     def state(self) -> dict:
         """JSON-able; every rank calls it at the same step (the metrics' one all-reduce)."""
         doc = {
+            "v": STATE_VERSION,
             "call": self.call,
             "epoch": self.epoch,
             "batch": self.batch,

@@ -32,7 +32,7 @@ from raytf.checkpoint.restore import set_rng_state
 from raytf.errors import ConfigError
 from raytf.worker import liveness
 from raytf.worker.fit import callback_state
-from raytf.worker.fit.keeper import Keeper, strategy_of
+from raytf.worker.fit.keeper import STATE_VERSION, Keeper, strategy_of
 from raytf.worker.fit.position import STREAM, Call, Position, classify, resume_calls
 
 STATE_NAME = "keras_fit"
@@ -60,6 +60,13 @@ class _Worker:
 
     def restore(self, doc: Any) -> None:
         self.saved = doc if isinstance(doc, dict) else None
+        if self.saved is not None and self.saved.get("v") != STATE_VERSION:
+            print(
+                "[raytf] the checkpoint's fit place was written by an earlier raytf, which "
+                "counted every fit call: a loop with a fit on another model before this "
+                "model's may resume the wrong call (not exact)",
+                flush=True,
+            )
 
 
 _current = _Worker()
