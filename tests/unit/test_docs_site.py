@@ -24,6 +24,7 @@ pytestmark = pytest.mark.unit
 
 
 def _reference():
+    """docs/hooks/reference.py: the site's generated tables (not a package)."""
     path = os.path.join(ROOT, "docs", "hooks", "reference.py")
     spec = importlib.util.spec_from_file_location("docs_reference", path)
     module = importlib.util.module_from_spec(spec)

@@ -3,7 +3,6 @@ named there: a switch that reads as documented but does nothing is a silent defa
 
 import dataclasses
 import glob
-import importlib.util
 import os
 import re
 
@@ -23,15 +22,6 @@ DOCS = ["README.md"] + sorted(
 NAME = re.compile(r"RAYTF_[A-Z0-9_]*[A-Z0-9]")
 
 
-def _reference():
-    """docs/hooks/reference.py: the site's generated tables (not a package)."""
-    path = os.path.join(ROOT, "docs", "hooks", "reference.py")
-    spec = importlib.util.spec_from_file_location("docs_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _documented() -> set[str]:
     """Every RAYTF_* name on the site: the pages, the README, and the generated table of
     docs/reference/settings.md (each Settings field with a docstring)."""
@@ -39,7 +29,8 @@ def _documented() -> set[str]:
     for rel in DOCS:
         with open(os.path.join(ROOT, rel)) as f:
             names |= set(NAME.findall(f.read()))
-    reference = _reference()
+    from tests.unit.test_docs_site import REF as reference
+
     for line in reference.settings_markdown().splitlines():
         name = NAME.search(line)
         if name and line.rstrip(" |").rsplit("|", 1)[-1].strip():  # a meaning, not blank
