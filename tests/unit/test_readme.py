@@ -141,3 +141,43 @@ def test_the_readme_states_the_supported_versions():
     for package, release in SUPPORTED.items():
         name = {"tensorflow": "TensorFlow", "keras": "Keras", "ray": "Ray"}[package]
         assert f"{name} {release}" in README, f"{name} {release}"
+
+
+NOT_RUN = re.compile(r"<!-- not run here: (.+?) -->\s*$")
+
+
+def _fenced(text: str) -> list[tuple[str, str, str]]:
+    """Each fenced block: (language, its code, the line before its fence)."""
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines):
+        m = re.match(r"^```([a-z]+)$", line)
+        if m:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+            out.append((m.group(1), "\n".join(lines[i + 1 : end]) + "\n", before))
+    return out
+
+
+def test_every_code_block_runs_in_the_tests_or_says_why_not():
+    """A block is run (the examples that start a run, by test_readme_snippets), is output
+    (``text``), or follows a comment saying why it is not run here."""
+    from tests.integration.test_readme_snippets import EXAMPLE_PAGES, RUNS
+
+    ran = [
+        code
+        for name in EXAMPLE_PAGES
+        for language, code, _ in _fenced(PAGES[name])
+        if language == "python" and any(r in code for r in RUNS)
+    ]
+    # The README opens with its two commands and nothing before them: CI runs `make test`
+    # itself; the page that repeats them (index.md, quickstart.md) carries the comment.
+    opening = _fenced(README)[0][1]
+    unmarked = []
+    for name, text in [("README.md", README), *PAGES.items()]:
+        for language, code, before in _fenced(text):
+            if name == "README.md" and code == opening:
+                continue
+            run = language == "python" and code in ran
+            if not (run or language == "text" or NOT_RUN.search(before)):
+                unmarked.append(f"{name}: {code.splitlines()[0] if code.strip() else ''}")
+    assert unmarked == [], "run it in a test or mark it <!-- not run here: why -->"
