@@ -95,7 +95,7 @@ class CheckpointPart:
 
     rank: int
     step: int
-    files: dict[str, int]  # name -> size in bytes, relative to the step directory
+    files: dict[str, int]  # name -> size in bytes, in the step directory once committed
     seconds: float  # how long the training loop stood still for it
     reason: str = "interval"  # interval | time | termination | resize | session
     persist_seconds: float = 0.0  # from the save's start until it was stored
@@ -103,6 +103,9 @@ class CheckpointPart:
     copy_id: str | None = None  # this node's copy in host memory (raytf.checkpoint.host_copy)
     structure: dict | None = None  # the TF files' writer: its models' shapes (worker.structure)
     finite: bool | None = None  # the chief: its weights were all finite (None: not checked)
+    # Its staging directory (raytf.checkpoint.layout.staged_dir), moved into the step at
+    # the commit; None: written into the step's directory itself (before staging).
+    staged: str | None = None
 
 
 @dataclass(frozen=True)

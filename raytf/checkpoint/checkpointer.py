@@ -6,7 +6,9 @@ agreed through TF's coordination service, termination notices).
 
 The chief writes the real TF files; other ranks write theirs to a private
 scratch directory and delete it (TF's multi-worker pattern), and every rank
-writes its own RNG state file, so nothing collides.
+writes its own RNG state file, so nothing collides. Each rank's part is
+staged apart (``raytf.checkpoint.layout.staged_dir``), never in the step's
+directory: the driver's commit moves it there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from raytf.checkpoint import model_out, rank_local, snapshot, structure
+from raytf.checkpoint import layout, model_out, rank_local, snapshot, staging, structure
 from raytf.checkpoint.copy_cadence import Cadence, agree_through_kv
 from raytf.checkpoint.emergency import LastStep
 from raytf.checkpoint.host_copy import HostCopy
@@ -335,33 +337,38 @@ class WorkerCheckpointer:
         if self.committed_already(step):
             print(refused_line(self.rank, step, "checkpoint"), flush=True)
             return
-        real = self.storage.path(self.ckpt_dir, dirname) if self.storage.local else None
+        # Staged, never written into the step's directory: the commit moves it there.
+        name = layout.stage_name(self.rank)
+        where = (self.ckpt_dir, *layout.staged_dir(step, name))
+        real = self.storage.path(*where) if self.storage.local else None
         files: dict[str, int] = {}
 
-        def fill(staging: str, tf: bool) -> None:
-            os.makedirs(staging, exist_ok=True)
+        def fill(folder: str, tf: bool) -> None:
+            os.makedirs(folder, exist_ok=True)
             files.clear()
             if tf:
-                write(os.path.join(staging, TF_PREFIX))
+                write(os.path.join(folder, TF_PREFIX))
                 if self.rank == 0:  # a node leader's TF files stay on its node
                     files.update(
-                        (n, os.path.getsize(os.path.join(staging, n))) for n in os.listdir(staging)
+                        (n, os.path.getsize(os.path.join(folder, n))) for n in os.listdir(folder)
                     )
             state_name = f"state_rank{self.rank}.json"
-            with open(os.path.join(staging, state_name), "wb") as f:
+            with open(os.path.join(folder, state_name), "wb") as f:
                 f.write(state)
             files[state_name] = len(state)
 
-        staging, copy_id = real, None
+        folder, copy_id = real, None
         try:
             if real is not None:
                 fill(real, write is not None)
             else:
-                staging, in_copy = self.host_copy.fill(fill, write is not None, self.rank == 0)
-                self.storage.upload_dir(staging, self.ckpt_dir, dirname, names=sorted(files))
+                folder, in_copy = self.host_copy.fill(fill, write is not None, self.rank == 0)
+                self.storage.upload_dir(folder, *where, names=sorted(files))
                 if in_copy:
-                    copy_id = self.host_copy.keep(staging, dirname)
+                    copy_id = self.host_copy.keep(folder, dirname)
         except Exception as exc:  # noqa: BLE001 - the checkpoint is lost, training is not
+            if real is not None:  # a full disk gets its room back (a store: the next prune)
+                staging.remove_quietly(self.storage, where)
             # One line (a full disk fails every save until it has room: no traceback each).
             print(
                 f"[raytf] rank {self.rank}: checkpoint at step {step} could not be stored "
@@ -370,13 +377,13 @@ class WorkerCheckpointer:
             )
             return
         finally:
-            if real is None and copy_id is None and staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+            if real is None and copy_id is None and folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         took = time.monotonic() - t0
         stall = took if stall is None else stall
         self.stored = CheckpointPart(
             self.rank, step, files, stall, reason, persist_seconds=took, copy_id=copy_id,
-            structure=self.structure if self.rank == 0 else None, finite=finite,
+            structure=self.structure if self.rank == 0 else None, finite=finite, staged=name,
         )  # fmt: skip
         self.on_part(self.stored)
         logger.info(

@@ -1,8 +1,10 @@
 """The driver's checkpoint bookkeeping: collect parts, commit, prune, and say when to save.
 
 Parts of one attempt never mix with another's: a restart clears whatever was
-pending, so a save interrupted by a failure simply never commits and the
-previous committed checkpoint stays the latest.
+pending (and the files its earlier attempts staged), so a save
+interrupted by a failure simply never commits and the previous committed
+checkpoint stays the latest. Parts for a step committed already, or older
+than the latest commit, are left out, said, and their staging removed.
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from collections.abc import Callable
 
 from raytf.checkpoint.layout import (
     CKPT_DIR,
+    COMMITTED_ALREADY,
     SCORES,
+    STAGING,
     CommittedCheckpoint,
+    StepCommitted,
+    clear_staging,
     commit,
     committed,
     latest_intact,
@@ -25,6 +31,7 @@ from raytf.checkpoint.layout import (
     ranked,
     step_dirname,
 )
+from raytf.checkpoint.staging import StagedPartGone, remove_quietly
 from raytf.config import CheckpointConfig
 from raytf.messages import CheckpointPart, CheckpointPlan
 from raytf.rundir.storage import Storage
@@ -178,6 +185,14 @@ class CheckpointCommits:
         self._unwritten.clear()  # a restart may save the same steps again
         self._requested_at = None
         self._last_save = time.monotonic()
+        # Nothing this driver's earlier attempts staged can be committed now. Before its
+        # first attempt no file is touched (a run refused at its start, another model,
+        # changes nothing): a previous driver's leftovers go at the first commit's prune.
+        if self._attempts > 1 and self.holds():
+            try:
+                clear_staging(self.storage)
+            except Exception as exc:  # noqa: BLE001 - storage: the next prune removes them
+                logger.warning("could not remove the staged checkpoint parts: %s", exc)
 
     def on_parts(self, parts: list[CheckpointPart], *, attempt: int) -> list[CommittedCheckpoint]:
         """Collect parts; commit each step every rank has stored. A manifest that cannot
@@ -193,9 +208,10 @@ class CheckpointCommits:
         due = {s: (p, n) for s, (p, n, at) in self._unwritten.items() if at <= now}
         for step, (ranks, tries) in sorted({**due, **ready}.items()):
             self._unwritten.pop(step, None)
-            if self.latest is not None and step <= self.latest.step:
+            if step in self.kept or (self.latest is not None and step <= self.latest.step):
                 if step in ready:  # a manifest owed since before the newer commit is not
                     self.say(self._late(step))
+                    remove_quietly(self.storage, (CKPT_DIR, STAGING, step_dirname(step)))
                 continue
             ckpt = self._commit(step, ranks, tries, attempt)
             if ckpt is not None:
@@ -205,7 +221,7 @@ class CheckpointCommits:
     def _late(self, step: int) -> str:
         """Why the parts of ``step`` are not committed: never dropped without a word."""
         why = (
-            "it is committed already and a committed checkpoint is never written again"
+            COMMITTED_ALREADY
             if step in self.kept
             else f"the newer step {self.latest.step} is committed already"
         )
@@ -228,8 +244,14 @@ class CheckpointCommits:
                 attempt=attempt,
                 holder=self.holder,
             )
+        except StepCommitted as exc:  # by another driver meanwhile (the lease taken over)
+            self.say(str(exc))
+            return None
         except ValueError:
             raise  # parts that do not make a checkpoint: a bug, not storage
+        except StagedPartGone as exc:  # no later try brings it back
+            self.say(f"checkpoint at step {step} not committed: {exc}")
+            return None
         except Exception as exc:  # noqa: BLE001 - any storage error (s3fs raises many kinds)
             tries += 1
             if tries >= COMMIT_TRIES:
@@ -290,14 +312,18 @@ class CheckpointCommits:
             return None, f"step {step} is not newer than the committed step {self.latest.step}"
         if not self.holds():
             return None, "another driver holds the run directory's lease"
-        ckpt = commit(
-            self.storage,
-            parts,
-            world_size=self.world_size,
-            attempt=attempt,
-            missing=tuple(dead),
-            holder=self.holder,
-        )
+        try:
+            ckpt = commit(
+                self.storage,
+                parts,
+                world_size=self.world_size,
+                attempt=attempt,
+                missing=tuple(dead),
+                holder=self.holder,
+            )
+        except StepCommitted:  # a step marked bad, above the one fallen back to
+            why = "a committed checkpoint is never written again"
+            return None, f"step {step} is committed already: {why}"
         self._committed(ckpt)
         return ckpt, f"ranks {sorted(answers)} at step {step}"
 

@@ -41,7 +41,7 @@ import numpy as np
 from raytf.checkpoint import snapshot
 from raytf.checkpoint.copy_cadence import Cadence
 from raytf.checkpoint.host_copy import is_tf_file
-from raytf.checkpoint.layout import TF_PREFIX, step_dirname
+from raytf.checkpoint.layout import TF_PREFIX, stage_name, staged_dir, step_dirname
 from raytf.messages import CheckpointPart
 
 
@@ -163,7 +163,9 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
             )
     dirname = step_dirname(step)
     storage = checkpointer.storage
-    real = storage.path(checkpointer.ckpt_dir, dirname) if storage.local else None
+    staged = stage_name(checkpointer.rank)  # staged as every save is: the commit moves it
+    where = (checkpointer.ckpt_dir, *staged_dir(step, staged))
+    real = storage.path(*where) if storage.local else None
     host = checkpointer.host_copy
     keep = real is None and write_tf and host.enabled
     staging = real or (host.staging() if keep else tempfile.mkdtemp(prefix="raytf-emergency-"))
@@ -179,14 +181,15 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
             f.write(state)
         files[name] = len(state)
         if not storage.local:
-            storage.upload_dir(staging, checkpointer.ckpt_dir, dirname)
+            storage.upload_dir(staging, *where)
         if keep:
             copy_id = host.keep(staging, dirname)
     finally:
         if real is None and copy_id is None:
             shutil.rmtree(staging, ignore_errors=True)
     took = time.monotonic() - t0
-    return CheckpointPart(checkpointer.rank, step, files, 0.0, "emergency", took, digest, copy_id)
+    rank = checkpointer.rank
+    return CheckpointPart(rank, step, files, 0.0, "emergency", took, digest, copy_id, staged=staged)
 
 
 def state_file_for(rank: int, names: list[str]) -> str:

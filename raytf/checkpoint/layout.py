@@ -1,12 +1,17 @@
 """Committed checkpoints: the driver's side of coordinated saving.
 
 A checkpoint is the directory ``checkpoints/step_<N>/`` under the run. Workers
-write their parts into it (the chief the real TF files, every rank its own
-small RNG-state file); the driver *commits* it by writing ``manifest.json``
-last, atomically, once every rank has reported its part. The manifest lists
-each file with its size, so a checkpoint truncated or partly deleted later is
-recognised and skipped. Only committed, intact checkpoints are ever restored
-or counted by ``num_to_keep``.
+never write into it: each stages its part (the chief the real TF files, every
+rank its own small RNG-state file) in a directory of its own,
+``checkpoints/.staging/step_<N>/rank<R>-<id>/``; the driver *commits* the step
+once every rank has reported its part, by moving the staged files into
+``step_<N>/`` (``raytf.checkpoint.staging``) and writing ``manifest.json``
+last, atomically. So a writer that passed the "is it committed?" check just
+before a commit landed, or a late part of an older attempt, cannot change a
+committed directory, and no half-written file is ever inside one. The
+manifest lists each file with its size, so a checkpoint truncated or partly
+deleted later is recognised and skipped. Only committed, intact checkpoints
+are ever restored or counted by ``num_to_keep``.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import logging
 import math
 import re
 import time
+import uuid
 from dataclasses import dataclass
 
+from raytf.checkpoint import staging
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
@@ -26,6 +33,10 @@ CKPT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
 SCORES = "scores.json"  # each kept checkpoint's score, by step (CheckpointConfig's attribute)
 TF_PREFIX = "ckpt"  # TF writes ckpt.index and ckpt.data-*
+# Under CKPT_DIR: parts waiting for their commit. Not a step's name, so never listed as one.
+STAGING = ".staging"
+ASSEMBLED = "assembled"  # in a step's staging: its files gathered by a local commit
+COMMITTED_ALREADY = "it is committed already and a committed checkpoint is never written again"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -40,6 +51,29 @@ def parse_step_dirname(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def stage_name(rank: int) -> str:
+    """A writer's own staging directory: unique per write, so two writers of one step
+    (a restarted attempt's and a late one of the attempt before) never share a file,
+    and a commit moves exactly the files the part it was handed lists."""
+    return f"rank{rank}-{uuid.uuid4().hex[:12]}"
+
+
+def staged_dir(step: int, name: str) -> tuple[str, ...]:
+    """Where the writer ``name`` (``stage_name``) stages its part of ``step``, relative
+    to the checkpoints' directory; its ``CheckpointPart.staged`` names it."""
+    return (STAGING, step_dirname(step), name)
+
+
+def staged_steps(storage: Storage) -> list[int]:
+    """Steps with staged parts (uncommitted, or left over by a commit that could not
+    clean up): what ``prune`` and ``clear_staging`` remove."""
+    return _steps_in(storage.listdir(CKPT_DIR, STAGING))
+
+
+class StepCommitted(Exception):
+    """Parts handed to ``commit`` for a step that has a manifest already."""
+
+
 @dataclass(frozen=True)
 class CommittedCheckpoint:
     step: int
@@ -47,9 +81,12 @@ class CommittedCheckpoint:
     manifest: dict
 
 
+def _steps_in(names: list[str]) -> list[int]:
+    return sorted(s for s in map(parse_step_dirname, names) if s is not None)
+
+
 def list_step_dirs(storage: Storage) -> list[int]:
-    steps = (parse_step_dirname(name) for name in storage.listdir(CKPT_DIR))
-    return sorted(s for s in steps if s is not None)
+    return _steps_in(storage.listdir(CKPT_DIR))
 
 
 def safe_name(name: object) -> bool:
@@ -94,8 +131,9 @@ def verify(storage: Storage, step: int) -> dict | None:
 
 def is_committed(storage: Storage, step: int, ckpt_dir: str = CKPT_DIR) -> bool:
     """Has the checkpoint at ``step`` a manifest? Then its directory is never written
-    again: every writer asks before it writes (a step label seen twice, a late save),
-    so a committed checkpoint stays byte for byte what its manifest describes."""
+    again: every writer asks before it stages anything (a step label seen twice, a late
+    save), which spares the write; what keeps a committed checkpoint byte for byte what
+    its manifest describes is that only a commit moves files into a step's directory."""
     return storage.exists(ckpt_dir, step_dirname(step), MANIFEST)
 
 
@@ -134,13 +172,23 @@ def commit(
     missing: tuple[int, ...] = (),
     holder: dict | None = None,
 ) -> CommittedCheckpoint:
-    """Write the manifest: from now on this checkpoint exists. ``missing``: ranks whose
-    part is not in it (dead before an emergency checkpoint); ``holder``: the run
-    directory's lease holder that commits it (``Lease.stamp``), for ``prune``."""
+    """Move the parts' staged files into the step's directory, then write the manifest:
+    from now on this checkpoint exists. ``missing``: ranks whose part is not in it
+    (dead before an emergency checkpoint); ``holder``: the run directory's lease holder
+    that commits it (``Lease.stamp``), for ``prune``. Raises ``StepCommitted`` for a
+    step committed already: its directory is never written again.
+
+    Safe to call again after a failure (a manifest the disk refused): files moved by
+    the earlier call are found in place. A part without ``staged`` was written into
+    the step's directory itself, as writers did before staging: nothing of it moves."""
     steps = {p.step for p in parts}
     if len(steps) != 1 or len({p.rank for p in parts}) + len(missing) != world_size:
         raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
     step = steps.pop()
+    d = step_dirname(step)
+    if storage.exists(CKPT_DIR, d, MANIFEST):
+        raise StepCommitted(f"checkpoint parts of step {step} not committed: {COMMITTED_ALREADY}")
+    _place(storage, step, parts)
     files: dict[str, int] = {}
     for part in parts:
         files.update(part.files)
@@ -161,9 +209,28 @@ def commit(
     structure = next((p.structure for p in parts if p.structure), None)
     if structure:  # what a restore compares its model with (raytf.checkpoint.structure)
         manifest["structure"] = structure
-    d = step_dirname(step)
     storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
+    staging.remove_quietly(storage, (CKPT_DIR, STAGING, d))  # emptied, or others' leftovers
     return CommittedCheckpoint(step, storage.url(CKPT_DIR, d), manifest)
+
+
+def _place(storage: Storage, step: int, parts: list[CheckpointPart]) -> None:
+    """The staged files into ``step_<N>/``: on a local or shared file system gathered
+    in the step's staging, then renamed into place as one directory; on an object
+    store each copied to its place and deleted (there is no rename), the manifest
+    written after them being what makes the step committed either way."""
+    d = step_dirname(step)
+    moves = []
+    for part in parts:
+        if part.staged is None:
+            continue  # written in place
+        names_ok = safe_name(part.staged) and part.staged != ASSEMBLED
+        if not names_ok or not all(safe_name(n) for n in part.files):
+            raise ValueError(f"cannot commit: rank {part.rank}'s part names {part.staged!r}")
+        moves += [((CKPT_DIR, STAGING, d, part.staged, n), n) for n in part.files]
+    whole = storage.local and all(p.staged is not None for p in parts)
+    gather = (CKPT_DIR, STAGING, d, ASSEMBLED) if whole else None
+    staging.move_in(storage, moves, (CKPT_DIR, d), gather)
 
 
 def mark_bad(storage: Storage, step: int, why: str) -> None:
@@ -222,6 +289,8 @@ def prune(
     commits that followed it; a bad one goes once it is older than every kept one.
     A directory without a manifest older than the newest commit is the remains
     of a save interrupted by a failure; one newer may still be being written.
+    Staged parts of a step at or before the newest commit are never committed
+    (a step older than the latest is not, nor is one committed already): removed.
 
     ``generation``: the pruning driver's lease generation. A commit whose manifest
     names a later one is another driver's, which took the run over while this one
@@ -239,13 +308,24 @@ def prune(
         storage.remove(CKPT_DIR, step_dirname(step))
         removed.append(step)
     newest = done[-1] if done else -1
-    for step in list_step_dirs(storage):
+    names = storage.listdir(CKPT_DIR)
+    for step in _steps_in(names):
         if step < newest and step not in done:
             if generation is not None and _later_holder(storage, step, generation):
                 continue  # committed by the driver that took the run over
             storage.remove(CKPT_DIR, step_dirname(step))
             removed.append(step)
+    if newest >= 0 and STAGING in names:
+        for step in staged_steps(storage):
+            if step <= newest:
+                storage.remove(CKPT_DIR, STAGING, step_dirname(step))
     return sorted(removed)
+
+
+def clear_staging(storage: Storage) -> None:
+    """Remove every staged part: at the start of a driver's second and later attempts,
+    when no part of the attempts before can be committed (their pending ones dropped)."""
+    storage.remove(CKPT_DIR, STAGING)
 
 
 def _generation(storage: Storage, step: int) -> int:

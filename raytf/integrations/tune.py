@@ -40,7 +40,7 @@ from typing import Any
 from ray import tune
 from ray.util import get_current_placement_group
 
-from raytf.checkpoint.layout import CKPT_DIR, parse_step_dirname, step_dirname
+from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, parse_step_dirname, step_dirname
 from raytf.config import ScalingConfig
 from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
@@ -232,7 +232,10 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
                 src = os.path.join(self._restore_from, name)
                 if os.path.isdir(src) and not storage.exists(CKPT_DIR, name):
                     storage.makedirs(CKPT_DIR, name)
-                    storage.upload_dir(src, CKPT_DIR, name)
+                    # Its manifest last, as a commit writes it: a copy cut short is none.
+                    names = sorted(os.listdir(src), key=lambda n: n == MANIFEST)
+                    storage.upload_dir(src, CKPT_DIR, name, names=names[:-1])
+                    storage.upload_dir(src, CKPT_DIR, name, names=names[-1:])
 
         def cleanup(self) -> None:
             """A finished, failed or early-stopped trial: the worker group goes first."""

@@ -136,4 +136,4 @@ def test_the_examples_run_as_written(ray_cluster, storage, monkeypatch):
             assert f"`{entry}" in layout, (run, entry)
         checkpoints = os.path.join(storage, run, "checkpoints")  # a loop that named nothing
         for step in os.listdir(checkpoints) if os.path.isdir(checkpoints) else []:
-            assert re.fullmatch(r"step_\d{9}|scores\.json", step), step
+            assert re.fullmatch(r"step_\d{9}|scores\.json|\.staging", step), step

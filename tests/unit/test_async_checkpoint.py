@@ -17,7 +17,15 @@ import pytest
 import tensorflow as tf
 
 from raytf.checkpoint import snapshot
-from raytf.checkpoint.layout import CKPT_DIR, commit, latest_intact, step_dirname
+from raytf.checkpoint.layout import (
+    CKPT_DIR,
+    commit,
+    latest_intact,
+    parse_step_dirname,
+    staged_dir,
+    staged_steps,
+    step_dirname,
+)
 from raytf.rundir.storage import Storage
 
 from .test_worker_checkpointer import checkpointer, make_model, train_step, values
@@ -62,8 +70,9 @@ def async_checkpointer(storage, parts, *, every_steps=None, restore_url=None):
 class GatedStorage(Storage):
     """Local storage whose persist thread waits, before writing a step, until let through.
 
-    ``_persist`` asks for the step directory's path before it writes anything, so a
-    gate there holds the write until the test has trained on after the save.
+    ``_persist`` asks for a path of the step (is it committed, where to stage it)
+    before it writes anything, so a gate there holds the write until the test has
+    trained on after the save.
     """
 
     def __init__(self, root: str, steps):
@@ -71,7 +80,7 @@ class GatedStorage(Storage):
         self.gates = {step_dirname(s): threading.Event() for s in steps}
 
     def path(self, *parts: str) -> str:
-        gate = self.gates.get(parts[-1]) if parts else None
+        gate = self.gates.get(step_of(parts))
         if gate is not None and threading.current_thread().name == "raytf-persist":
             assert gate.wait(10), f"{parts[-1]} was never let through"
         return super().path(*parts)
@@ -91,19 +100,19 @@ class SlowStorage(Storage):
     def upload_dir(self, local_dir, *parts, names=None):
         time.sleep(self.delay)
         super().upload_dir(local_dir, *parts, names=names)
-        self.stored.append((parts[-1], time.monotonic()))
+        self.stored.append((step_of(parts), time.monotonic()))
 
 
 class FailingStorage(Storage):
-    """A real fsspec memory filesystem that cannot store the step directories in ``fail``."""
+    """A real fsspec memory filesystem that cannot store the steps' parts in ``fail``."""
 
     def __init__(self, root: str, fail: set[str]):
         super().__init__(root)
         self.fail = fail
 
     def upload_dir(self, local_dir, *parts, names=None):
-        if parts[-1] in self.fail:
-            raise OSError(f"no space left for {parts[-1]}")
+        if step_of(parts) in self.fail:
+            raise OSError(f"no space left for {step_of(parts)}")
         super().upload_dir(local_dir, *parts, names=names)
 
 
@@ -116,9 +125,18 @@ def cleanup(storage: Storage) -> None:
     assert not [k for k in storage.fs.store if k.startswith(storage.root)]
 
 
-def remote_sizes(storage: Storage, step: int) -> dict[str, int]:
-    d = step_dirname(step)
-    return {n: storage.size(CKPT_DIR, d, n) for n in storage.listdir(CKPT_DIR, d)}
+def step_of(parts: tuple[str, ...]) -> str | None:
+    """The step directory's name in a storage path (a step's own, or its staging's)."""
+    return next((p for p in parts if parse_step_dirname(p) is not None), None)
+
+
+def staged(part) -> tuple[str, ...]:
+    """Where a part waits for its commit (never the step's own directory)."""
+    return (CKPT_DIR, *staged_dir(part.step, part.staged))
+
+
+def remote_sizes(storage: Storage, part) -> dict[str, int]:
+    return {n: storage.size(*staged(part), n) for n in storage.listdir(*staged(part))}
 
 
 @pytest.fixture
@@ -274,9 +292,9 @@ def test_async_interval_saves_report_true_files_and_restore_the_values_at_the_sa
     ck.flush()
 
     assert [(p.rank, p.step, p.reason) for p in parts] == [(0, 5, "interval"), (0, 10, "interval")]
-    assert storage.listdir(CKPT_DIR) == [step_dirname(5), step_dirname(10)]
+    assert staged_steps(storage) == [5, 10] and storage.listdir(CKPT_DIR) == [".staging"]
     for part in parts:
-        d = storage.path(CKPT_DIR, step_dirname(part.step))
+        d = storage.path(*staged(part))
         on_disk = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)}
         assert part.files == on_disk
         assert {"ckpt.index", "state_rank0.json"} <= set(part.files)
@@ -342,7 +360,7 @@ def test_a_save_waits_for_the_one_in_flight_and_says_so(parts, raytf_logs):
         assert [(p.step, p.reason) for p in parts] == [(5, "interval"), (10, "interval")]
         assert [name for name, _ in slow.stored] == [step_dirname(5), step_dirname(10)]
         for part in parts:
-            assert part.files == remote_sizes(slow, part.step)
+            assert part.files == remote_sizes(slow, part)
             assert part.seconds <= part.persist_seconds
         assert parts[0].persist_seconds >= delay
         assert parts[0].seconds < delay / 2  # the loop's stall was the snapshot alone
@@ -372,7 +390,7 @@ def test_a_persist_that_fails_reports_nothing_and_the_next_save_still_works(
             ck.step_end(step)
         ck.flush()
         assert parts == []
-        assert failing.listdir(CKPT_DIR) == []
+        assert staged_steps(failing) == []
         # One line with the cause (a full disk fails every save: no traceback each time).
         out = capsys.readouterr().out
         assert "checkpoint at step 5 could not be stored (OSError: no space left" in out
@@ -385,8 +403,8 @@ def test_a_persist_that_fails_reports_nothing_and_the_next_save_still_works(
         train_step(model, optimizer, scale=-2.0)
         ck.flush()
         assert [(p.step, p.reason) for p in parts] == [(10, "interval")]
-        assert failing.listdir(CKPT_DIR) == [step_dirname(10)]
-        assert parts[0].files == remote_sizes(failing, 10)
+        assert staged_steps(failing) == [10]
+        assert parts[0].files == remote_sizes(failing, parts[0])
 
         latest = commit(failing, parts, world_size=1, attempt=1)
         fresh, fresh_opt = make_model(1)
@@ -409,7 +427,7 @@ def test_a_session_save_returns_only_once_its_part_is_reported(parts):
         ck.save_now(3, "session")
         took = time.monotonic() - t0
         assert [(p.step, p.reason) for p in parts] == [(3, "session")]
-        assert parts[0].files == remote_sizes(slow, 3)
+        assert parts[0].files == remote_sizes(slow, parts[0])
         assert took >= delay
         assert not [t for t in threading.enumerate() if t.name == "raytf-persist"]
 

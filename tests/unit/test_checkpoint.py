@@ -7,17 +7,32 @@ import pytest
 
 from raytf import CheckpointConfig, ConfigError
 from raytf.checkpoint.commits import CheckpointCommits
-from raytf.checkpoint.layout import CKPT_DIR, commit, committed, latest_intact, prune, step_dirname
+from raytf.checkpoint.layout import (
+    CKPT_DIR,
+    commit,
+    committed,
+    latest_intact,
+    prune,
+    stage_name,
+    staged_dir,
+    step_dirname,
+)
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
 
-def write_parts(storage: Storage, step: int, world: int = 2) -> list[CheckpointPart]:
-    """What the workers do: the chief writes TF files, every rank its state file."""
-    d = storage.path(CKPT_DIR, step_dirname(step))
-    os.makedirs(d, exist_ok=True)
+def write_parts(
+    storage: Storage, step: int, world: int = 2, staged: bool = True
+) -> list[CheckpointPart]:
+    """What the workers do: the chief writes TF files, every rank its state file, each
+    in a staging directory of its own (``staged=False``: into the step's directory, as
+    writers did before staging, and as Tune seeds a checkpoint)."""
     parts = []
     for rank in range(world):
+        own = stage_name(rank) if staged else None
+        where = staged_dir(step, own) if staged else (step_dirname(step),)
+        d = storage.path(CKPT_DIR, *where)
+        os.makedirs(d, exist_ok=True)
         files = {}
         if rank == 0:
             for name, data in (("ckpt.index", b"i" * 10), ("ckpt.data-00000-of-00001", b"d" * 100)):
@@ -27,7 +42,7 @@ def write_parts(storage: Storage, step: int, world: int = 2) -> list[CheckpointP
         with open(os.path.join(d, f"state_rank{rank}.json"), "w") as f:
             f.write("{}")
         files[f"state_rank{rank}.json"] = 2
-        parts.append(CheckpointPart(rank, step, files, 0.01))
+        parts.append(CheckpointPart(rank, step, files, 0.01, staged=own))
     return parts
 
 
@@ -77,8 +92,10 @@ def test_commit_needs_every_rank_at_one_step(storage):
 def test_prune_keeps_newest_and_drops_abandoned(storage):
     for step in (10, 20, 30, 40):
         commit(storage, write_parts(storage, step), world_size=2, attempt=1)
-    write_parts(storage, 25)  # abandoned partial save older than the newest commit
-    write_parts(storage, 50)  # a save possibly still in progress
+    # Step directories without a manifest, as writers left them before staging (what
+    # staged parts become is tests/unit/test_staging.py's).
+    write_parts(storage, 25, staged=False)  # abandoned partial save older than the newest
+    write_parts(storage, 50, staged=False)  # a save possibly still in progress
     removed = prune(storage, num_to_keep=2)
     assert sorted(removed) == [10, 20, 25]
     assert committed(storage) == [30, 40]

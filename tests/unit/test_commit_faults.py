@@ -159,12 +159,24 @@ def test_manifest_names_that_leave_the_step_directory_make_it_damaged(storage):
     assert os.path.exists(path)  # refused, never acted on
 
 
-def test_a_step_saved_again_after_a_fallback_is_a_good_checkpoint(storage):
+def test_a_step_marked_bad_is_never_committed_again_and_the_next_one_is(storage):
+    """After a fallback the redone step's label is committed already (its manifest marks
+    it bad): its parts are left out, said, and the bad directory stays as it was (the
+    writers refuse that step too); the next step commits and is the newest again."""
     for step in (10, 20):
         commit(storage, write_parts(storage, step), world_size=2, attempt=1)
-    coord = CheckpointCommits(storage, CheckpointConfig(num_to_keep=2), world_size=2)
+    said = []
+    coord = CheckpointCommits(storage, CheckpointConfig(num_to_keep=2), 2, say=said.append)
     coord.mark_bad(20, "a damaged index")
     assert coord.restore_point().step == 10
-    (ckpt,) = coord.on_parts(write_parts(storage, 20), attempt=2)  # redone from 10
-    assert ckpt.step == 20 and coord.restore_point().step == 20 and coord.bad == set()
-    assert "bad" not in storage.read_json(CKPT_DIR, step_dirname(20), MANIFEST)
+    bad_dir = storage.path(CKPT_DIR, step_dirname(20))
+    before = {n: open(os.path.join(bad_dir, n), "rb").read() for n in os.listdir(bad_dir)}
+    assert coord.on_parts(write_parts(storage, 20), attempt=2) == []  # redone from 10
+    assert said == [
+        "checkpoint parts of step 20 not committed: it is committed already and a "
+        "committed checkpoint is never written again"
+    ]
+    after = {n: open(os.path.join(bad_dir, n), "rb").read() for n in os.listdir(bad_dir)}
+    assert after == before and storage.listdir(CKPT_DIR, ".staging") == []
+    (ckpt,) = coord.on_parts(write_parts(storage, 30), attempt=2)
+    assert ckpt.step == 30 and coord.restore_point().step == 30

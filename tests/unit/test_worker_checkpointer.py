@@ -16,7 +16,14 @@ import pytest
 import tensorflow as tf
 
 from raytf.checkpoint.checkpointer import WorkerCheckpointer
-from raytf.checkpoint.layout import CKPT_DIR, commit, latest_intact, step_dirname
+from raytf.checkpoint.layout import (
+    CKPT_DIR,
+    commit,
+    latest_intact,
+    staged_dir,
+    staged_steps,
+    step_dirname,
+)
 from raytf.errors import CheckpointRestoreError
 from raytf.rundir.storage import Storage
 
@@ -45,8 +52,21 @@ def all_equal(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def staged(part) -> tuple[str, ...]:
+    """Where a part waits for its commit (never the step's own directory)."""
+    return (CKPT_DIR, *staged_dir(part.step, part.staged))
+
+
 def checkpointer(
-    storage, parts, *, every_steps=None, restore_url=None, rank=0, world_size=1, async_save=False
+    storage,
+    parts,
+    *,
+    every_steps=None,
+    restore_url=None,
+    rank=0,
+    world_size=1,
+    async_save=False,
+    **extra,
 ):
     return WorkerCheckpointer(
         storage=storage,
@@ -58,6 +78,7 @@ def checkpointer(
         restore_url=restore_url,
         on_part=parts.append,
         async_save=async_save,
+        **extra,
     )
 
 
@@ -85,7 +106,7 @@ def test_every_steps_saves_on_multiples_only(storage, parts):
         ck.step_end(step)
         assert [p.step for p in parts] == [s for s in (5, 10) if s <= step]
     assert [(p.rank, p.reason) for p in parts] == [(0, "interval"), (0, "interval")]
-    assert storage.listdir(CKPT_DIR) == [step_dirname(5), step_dirname(10)]
+    assert staged_steps(storage) == [5, 10] and storage.listdir(CKPT_DIR) == [".staging"]
 
 
 def test_several_steps_per_call_save_when_they_cross_a_multiple(storage, parts):
@@ -95,7 +116,7 @@ def test_several_steps_per_call_save_when_they_cross_a_multiple(storage, parts):
     for step in (3, 7, 9, 10, 12, 16, 19):
         ck.step_end(step)
     assert [p.step for p in parts] == [7, 10, 16]
-    assert storage.listdir(CKPT_DIR) == [step_dirname(s) for s in (7, 10, 16)]
+    assert staged_steps(storage) == [7, 10, 16]
 
 
 def test_part_lists_the_tf_files_with_their_true_sizes(storage, parts):
@@ -106,7 +127,7 @@ def test_part_lists_the_tf_files_with_their_true_sizes(storage, parts):
     for step in range(1, 6):
         ck.step_end(step)
     (part,) = parts
-    d = storage.path(CKPT_DIR, step_dirname(5))
+    d = storage.path(*staged(part))
     on_disk = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)}
     assert part.files == on_disk
     assert "ckpt.index" in part.files
@@ -132,7 +153,7 @@ def test_non_chief_reports_only_its_state_file(storage, parts):
     (part,) = parts
     assert (part.rank, part.step, part.reason) == (1, 2, "interval")
     assert list(part.files) == ["state_rank1.json"]
-    assert storage.listdir(CKPT_DIR, step_dirname(2)) == ["state_rank1.json"]
+    assert storage.listdir(*staged(part)) == ["state_rank1.json"]
 
 
 def test_agreed_target_saves_at_the_first_boundary_at_or_after_it(storage, parts):
@@ -174,7 +195,7 @@ def test_save_now_writes_a_session_part_at_once(storage, parts):
     ck.track({"model": model, "optimizer": optimizer})
     ck.save_now(3, "session")
     assert [(p.step, p.reason) for p in parts] == [(3, "session")]
-    assert "ckpt.index" in storage.listdir(CKPT_DIR, step_dirname(3))
+    assert "ckpt.index" in storage.listdir(*staged(parts[0]))
     ck.step_end(4)
     ck.step_end(5)  # the interval still counts from the session save's step
     assert [(p.step, p.reason) for p in parts] == [(3, "session"), (5, "interval")]
@@ -326,14 +347,13 @@ def test_save_and_restore_through_remote_storage(remote, parts):
         ck.step_end(step)
     weights = values(model.weights)
     (part,) = parts
-    sizes = {
-        n: remote.size(CKPT_DIR, step_dirname(3), n)
-        for n in remote.listdir(CKPT_DIR, step_dirname(3))
-    }
+    sizes = {n: remote.size(*staged(part), n) for n in remote.listdir(*staged(part))}
     assert part.files == sizes
     assert "ckpt.index" in sizes
     latest = commit(remote, parts, world_size=1, attempt=1)
     assert latest.path.startswith("memory://")
+    moved = remote.listdir(CKPT_DIR, step_dirname(3))  # copied into place, then deleted
+    assert moved == sorted([*sizes, "manifest.json"]) and staged_steps(remote) == []
 
     fresh, fresh_opt = make_model(1)
     again = checkpointer(remote, [], restore_url=latest_intact(remote).path)
@@ -381,3 +401,76 @@ def test_no_writer_touches_a_committed_step(storage, parts, capfd, async_save):
     assert tree_bytes(root) == before
     out = capfd.readouterr().out
     assert out.count("checkpoint at step 5 not written: step 5 is committed already") == 2
+
+
+def committed_bytes(storage: Storage, step: int) -> dict[str, bytes]:
+    d = step_dirname(step)
+    return {
+        n: storage.fs.cat_file(storage.path(CKPT_DIR, d, n)) for n in storage.listdir(CKPT_DIR, d)
+    }
+
+
+@pytest.mark.parametrize("on_object_store", [False, True], ids=["local", "object-store"])
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_a_writer_past_the_check_when_the_commit_lands_cannot_alter_it(
+    tmp_path, parts, async_save, on_object_store
+):
+    """The race the manifest check alone left open: each writer asked "is step 5
+    committed?" just before the driver's commit landed (here: it is told no). Interval,
+    session (the path of on-demand and final saves) and emergency parts are staged all
+    the same (on an object store uploaded, with a host copy); the committed directory
+    stays byte for byte, the driver leaves each part out and says so, nothing staged is
+    left, and a restore reads the committed state."""
+    from raytf import CheckpointConfig
+    from raytf.checkpoint.commits import CheckpointCommits
+    from raytf.checkpoint.emergency import LastStep, emergency_part
+    from raytf.checkpoint.host_copy import HostCopy
+    from raytf.messages import CheckpointPart
+
+    if on_object_store:
+        storage = Storage(f"memory://bucket/race-{uuid.uuid4().hex}")
+        copies = HostCopy(storage.url(), str(tmp_path / "shm"))
+    else:
+        storage, copies = Storage(str(tmp_path / "run")), None
+    model, optimizer = make_model(0)
+    ck = checkpointer(storage, parts, every_steps=5, async_save=async_save, host_copy=copies)
+    ck.last_step = LastStep()  # what keep_last_step=True makes: the emergency part's state
+    ck.track({"model": model, "optimizer": optimizer})
+    for step in range(1, 6):
+        ck.step_end(step)
+    ck.flush()
+    said = []
+    coord = CheckpointCommits(storage, CheckpointConfig(), 1, say=said.append)
+    (ckpt,) = coord.on_parts(parts, attempt=1)
+    weights_5, before = values(model.weights), committed_bytes(storage, 5)
+    assert "manifest.json" in before and "ckpt.index" in before
+
+    ck.committed_already = lambda step: False  # asked just before the commit landed
+    train_step(model, optimizer, scale=3.0)  # other weights under the same label
+    ck.schedule.last = 0
+    ck.step_end(5)  # an interval save
+    ck.save_now(5, "session")
+    ck.flush()
+    ck.stored = None  # the emergency part writes its own files, not offer the session's
+    late = [*parts[1:], emergency_part(ck, write_tf=True)]
+    assert all(isinstance(p, CheckpointPart) and p.step == 5 and p.staged for p in late)
+    assert len(late) == 3 and "ckpt.index" in late[-1].files
+    for part in late:
+        assert coord.on_parts([part], attempt=1) == []
+    assert committed_bytes(storage, 5) == before
+    line = (
+        "checkpoint parts of step 5 not committed: it is committed already and a "
+        "committed checkpoint is never written again"
+    )
+    assert said == [line] * 3
+    assert staged_steps(storage) == []
+
+    fresh, fresh_opt = make_model(1)
+    again = checkpointer(storage, [], restore_url=ckpt.path, host_copy=copies)
+    assert again.track({"model": fresh, "optimizer": fresh_opt}) == 5
+    assert all_equal(values(fresh.weights), weights_5)
+    if on_object_store:
+        # The late writers replaced this node's copy of step 5: its id is not the one the
+        # manifest names, so the restore read the committed files from the store.
+        assert again.restored_from == "storage"
+        storage.remove()
