@@ -50,5 +50,7 @@ def test_stacks_of_a_running_then_stopped_process(ray_cluster):
     assert "waiting_in_a_distinctive_frame" in stacks[3], stacks[3]
     assert "stopped" in stacks[3]
     assert "waiting_in_a_distinctive_frame" in excerpt(stacks[3])
+    # capture_stacks promises an answer within about its timeout_s (10 s here), a stopped
+    # process included; the whole test measured 1.9 s (CI, 2 cores).
     assert took < 10, took
     print(f"captured in {took:.2f} s\n{stacks[3]}")
