@@ -6,7 +6,7 @@ from raytf import CheckpointConfig, ConfigError
 from raytf.checkpoint.commits import CheckpointCommits
 from raytf.checkpoint.layout import CKPT_DIR, SCORES, committed, ranked, to_drop
 
-from .test_checkpoint import write_parts
+from .checkpoint_parts import write_parts
 
 
 def test_ranked_orders_by_score_and_puts_unscored_last():

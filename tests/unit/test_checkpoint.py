@@ -13,37 +13,12 @@ from raytf.checkpoint.layout import (
     committed,
     latest_intact,
     prune,
-    stage_name,
-    staged_dir,
     step_dirname,
 )
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
-
-def write_parts(
-    storage: Storage, step: int, world: int = 2, staged: bool = True
-) -> list[CheckpointPart]:
-    """What the workers do: the chief writes TF files, every rank its state file, each
-    in a staging directory of its own (``staged=False``: into the step's directory, as
-    writers did before staging, and as Tune seeds a checkpoint)."""
-    parts = []
-    for rank in range(world):
-        own = stage_name(rank) if staged else None
-        where = staged_dir(step, own) if staged else (step_dirname(step),)
-        d = storage.path(CKPT_DIR, *where)
-        os.makedirs(d, exist_ok=True)
-        files = {}
-        if rank == 0:
-            for name, data in (("ckpt.index", b"i" * 10), ("ckpt.data-00000-of-00001", b"d" * 100)):
-                with open(os.path.join(d, name), "wb") as f:
-                    f.write(data)
-                files[name] = len(data)
-        with open(os.path.join(d, f"state_rank{rank}.json"), "w") as f:
-            f.write("{}")
-        files[f"state_rank{rank}.json"] = 2
-        parts.append(CheckpointPart(rank, step, files, 0.01, staged=own))
-    return parts
+from .checkpoint_parts import write_parts
 
 
 def test_commit_then_latest(storage):

@@ -26,7 +26,7 @@ from raytf.checkpoint.layout import (
     step_dirname,
 )
 from raytf.rundir.storage import Storage
-from tests.unit.test_checkpoint import write_parts
+from tests.unit.checkpoint_parts import write_parts
 
 
 class FillingDisk(Storage):

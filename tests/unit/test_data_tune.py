@@ -126,7 +126,7 @@ def test_a_trial_checkpoint_round_trips_through_tune_into_a_new_run_dir(tmp_path
     from raytf.integrations.tune import trainable
     from raytf.rundir.storage import Storage
 
-    from .test_checkpoint import write_parts
+    from .checkpoint_parts import write_parts
 
     old_run = RunConfig(name="old", storage_path=str(tmp_path / "runs"))
     old = Storage(old_run.run_dir)

@@ -238,7 +238,7 @@ def test_a_driver_taken_over_commits_no_checkpoint(tmp_path):
     from raytf.checkpoint.layout import committed
     from raytf.config import CheckpointConfig
 
-    from .test_checkpoint import write_parts
+    from .checkpoint_parts import write_parts
 
     storage = Storage(str(tmp_path))
     a = Lease(storage, stale_s=30)
@@ -314,7 +314,7 @@ def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the
     """The stalled driver A, before it notices: its prune (keep 1) does not remove B's
     commits, which it never knew; a driver after a clean end counts on past B's."""
     from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, committed, prune, step_dirname
-    from tests.unit.test_checkpoint import write_parts
+    from tests.unit.checkpoint_parts import write_parts
 
     storage = Storage(str(tmp_path))
     a = Lease(storage, stale_s=0.2)

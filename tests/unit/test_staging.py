@@ -20,7 +20,6 @@ from raytf.checkpoint.layout import (
     committed,
     latest_intact,
     prune,
-    stage_name,
     staged_dir,
     staged_steps,
     step_dirname,
@@ -28,27 +27,9 @@ from raytf.checkpoint.layout import (
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
+from .checkpoint_parts import write_parts
+
 FILES = {"ckpt.index", "ckpt.data-00000-of-00001", "state_rank0.json", "state_rank1.json"}
-
-
-def write_parts(
-    storage: Storage, step: int, world: int = 2, staged: bool = True
-) -> list[CheckpointPart]:
-    """What the workers do, through the storage (a local directory or an object store):
-    the chief stages TF files, every rank its state file, each in a directory of its own
-    (``staged=False``: into the step's directory, as writers did before staging)."""
-    parts = []
-    for rank in range(world):
-        own = stage_name(rank) if staged else None
-        where = (CKPT_DIR, *staged_dir(step, own)) if staged else (CKPT_DIR, step_dirname(step))
-        data = {f"state_rank{rank}.json": b"{}"}
-        if rank == 0:
-            data.update({"ckpt.index": b"i" * 10, "ckpt.data-00000-of-00001": b"d" * 100})
-        for name, blob in data.items():
-            storage.write_atomic(blob, *where, name)
-        files = {name: len(blob) for name, blob in data.items()}
-        parts.append(CheckpointPart(rank, step, files, 0.01, staged=own))
-    return parts
 
 
 class Watched(Storage):
