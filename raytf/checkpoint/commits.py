@@ -322,8 +322,7 @@ class CheckpointCommits:
                 holder=self.holder,
             )
         except StepCommitted:  # a step marked bad, above the one fallen back to
-            why = "a committed checkpoint is never written again"
-            return None, f"step {step} is committed already: {why}"
+            return None, f"step {step}: {COMMITTED_ALREADY}"
         self._committed(ckpt)
         return ckpt, f"ranks {sorted(answers)} at step {step}"
 

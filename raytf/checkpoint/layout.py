@@ -186,7 +186,7 @@ def commit(
         raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
     step = steps.pop()
     d = step_dirname(step)
-    if storage.exists(CKPT_DIR, d, MANIFEST):
+    if is_committed(storage, step):
         raise StepCommitted(f"checkpoint parts of step {step} not committed: {COMMITTED_ALREADY}")
     _place(storage, step, parts)
     files: dict[str, int] = {}
