@@ -86,12 +86,13 @@ def storage(tmp_path):
 
 @pytest.fixture(scope="session")
 def reference(cluster_env, tmp_path_factory):
-    """The uninterrupted run of the fault tests' job (``jobrun.FAULT_ARGS``) that every
-    faulty run must match, on any cluster: CPU ops here are deterministic."""
-    from .jobrun import FAULT_ARGS, JobRun
+    """The uninterrupted run of the fault tests' job (``jobrun.FAULT_ARGS``, without its
+    pause after each step) that every faulty run must match, on any cluster: CPU ops here
+    are deterministic."""
+    from .jobrun import REFERENCE_ARGS, JobRun
 
     storage = str(tmp_path_factory.mktemp("ref"))
-    run = JobRun(storage, "ref", *FAULT_ARGS, env=cluster_env).start()
+    run = JobRun(storage, "ref", *REFERENCE_ARGS, env=cluster_env).start()
     rc, summary = run.finish()
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 1 and summary["digests_agree"]

@@ -2,14 +2,15 @@
 moved by its imports, and the trained model out of the run (export, load, best checkpoints).
 
 One reference run of jobs/train_keras_fit.py serves the metric, best-checkpoint and export
-tests; the SIGKILL test runs the same arguments and must end with the same weights.
+tests; the SIGKILL test runs the same arguments, paused after each step to be hit mid-fit,
+and must end with the same weights.
 """
 
+import contextlib
+import io
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ import raytf
 from jobs.train_keras_fit import validation_set
 from raytf.checkpoint.layout import committed
 from raytf.rundir.storage import Storage
+from raytf.tools.cli import main as cli
 
 from .jobrun import ROOT, JobRun
 from .test_keras import forward
@@ -32,7 +34,10 @@ SEED = 3
 # 3 epochs of 16 steps, a checkpoint at each epoch end (16, 32, 48); keep the best by val_loss.
 ARGS = ["--workers", "2", "--epochs", "3", "--steps-per-epoch", "16", "--seed", str(SEED)]
 ARGS += ["--checkpoint-every", "16", "--keep", "1", "--score", "val_loss", "--score-order", "min"]
-ARGS += ["--return-weights", "--max-failures", "1", "--step-sleep", "0.05"]
+ARGS += ["--return-weights", "--max-failures", "1"]
+# Runs that are killed pause after each step, to be hit mid-fit; their references need not:
+# the pause is a callback that changes no number.
+PAUSE = ["--step-sleep", "0.05"]
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +79,13 @@ def test_the_best_checkpoint_by_val_loss_is_kept_beside_the_newest(reference):
 
 
 def raytf_cli(*args):
-    proc = subprocess.run(
-        [sys.executable, "-m", "raytf.tools.cli", *args], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    """``raytf ARGS`` run in this process, which has TensorFlow imported already (a
+    process of its own imports it again: ~5 s a call); returns what it printed."""
+    printed, said = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(said):
+        rc = cli(list(args))
+    assert rc == 0, said.getvalue()[-3000:]
+    return printed.getvalue()
 
 
 def test_the_model_loads_on_the_driver_and_exports_from_any_checkpoint(reference, tmp_path):
@@ -122,7 +129,7 @@ def test_the_model_loads_on_the_driver_and_exports_from_any_checkpoint(reference
 
 
 def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster_env, storage):
-    run = JobRun(storage, "kill", *ARGS, env=cluster_env, job=FIT_JOB)
+    run = JobRun(storage, "kill", *ARGS, *PAUSE, env=cluster_env, job=FIT_JOB)
     rc, summary = run.finish_after_killing(1, step=22)
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 2 and len(summary["failures"]) == 1
@@ -138,7 +145,7 @@ def test_sigkill_mid_fit_resumes_to_the_uninterrupted_weights(reference, cluster
 # dataset of 32 batches per epoch, checkpoints every 5 steps, so most fall in mid-epoch; a
 # seeded image model whose random layers (flip, translation, Dropout) draw at every step.
 PROGRAM = ["--plain", "--augment", "--workers", "2", "--epochs", "3", "--steps-per-epoch", "32"]
-PROGRAM += ["--seed", str(SEED), "--step-sleep", "0.05"]
+PROGRAM += ["--seed", str(SEED)]
 PLAIN = [*PROGRAM, "--checkpoint-every", "5", "--max-failures", "1"]
 
 
@@ -152,7 +159,7 @@ def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_en
     assert rc == 0 and reference, ref.output()[-3000:]
     assert reference["steps"] == 96 and len(reference["keras_history"]["loss"]) == 3
     # The state copied at every step (not as often as is cheap): nothing completed redone.
-    kill = [*PLAIN, "--emergency-every", "1"]
+    kill = [*PLAIN, *PAUSE, "--emergency-every", "1"]
     run = JobRun(storage, "plain-kill", *kill, env=cluster_env, job=FIT_JOB).start()
     try:
         before = run.wait_for(step=40)
@@ -178,7 +185,7 @@ def test_tensorflows_idiom_resumes_mid_epoch_to_the_uninterrupted_run(cluster_en
     assert summary["rank_digests"] == reference["rank_digests"]
 
     # Nothing configured but the storage: raytf's defaults recover, exactly, all the same.
-    run = JobRun(storage, "plain-defaults", *PROGRAM, env=cluster_env, job=FIT_JOB)
+    run = JobRun(storage, "plain-defaults", *PROGRAM, *PAUSE, env=cluster_env, job=FIT_JOB)
     rc, summary = run.finish_after_killing(1, step=40)
     assert rc == 0 and summary, run.output()[-3000:]
     assert summary["attempts"] == 2 and summary["steps"] == 96

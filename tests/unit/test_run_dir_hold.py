@@ -253,19 +253,19 @@ def test_a_driver_taken_over_commits_no_checkpoint(tmp_path):
 
 
 RACE = """
-import sys, time
+import sys
 from raytf.errors import RunDirInUseError
 from raytf.rundir.lease import Lease
 from raytf.rundir.storage import Storage
 lease = Lease(Storage(sys.argv[1]), stale_s=30)
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()  # the start: one line to every process at once
 try:
     lease.acquire()
-    print("won", lease.doc["holder"])
+    print("won", lease.doc["holder"], flush=True)
 except RunDirInUseError:
-    print("refused")
-sys.stdout.flush()
-time.sleep(max(0.0, float(sys.argv[2]) + 2.0 - time.time()))  # a winner stays alive meanwhile
+    print("refused", flush=True)
+sys.stdin.readline()  # a winner stays alive until every process has tried
 """
 
 
@@ -296,13 +296,22 @@ def test_drivers_started_together_on_a_file_system_leave_one_holder(tmp_path):
     twice: exactly one wins each time, and the lease names that one."""
     for n in range(2):
         storage = Storage(str(tmp_path / f"run{n}"))
-        at = str(time.time() + 2.0)  # past every process's start-up
         procs = [
-            subprocess.Popen([sys.executable, "-c", RACE, storage.root, at],
-                             stdout=subprocess.PIPE, text=True)
+            subprocess.Popen([sys.executable, "-c", RACE, storage.root],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             for _ in range(4)
         ]  # fmt: skip
-        outs = [p.communicate(timeout=60)[0].split() for p in procs]
+        try:
+            # Every process imported raytf and made its Lease: start them together.
+            assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 4
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            outs = [p.stdout.readline().split() for p in procs]
+        finally:
+            for p in procs:
+                p.stdin.close()  # the end: every process exits
+                p.wait(timeout=60)
         winners = [out[1] for out in outs if out and out[0] == "won"]
         assert len(winners) == 1, outs
         assert storage.read_json(LEASE)["holder"] == winners[0]

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from raytf.settings import Settings
+from raytf.tools.local.processes import pid_alive, wait_settled
 
 READY_MARKER = "Ray runtime started"
 WORKER_PORT_BASE = 20000
@@ -60,19 +61,6 @@ def free_ports(count: int, taken: set[int]) -> list[int]:
 def _ray_executable() -> str:
     candidate = os.path.join(os.path.dirname(sys.executable), "ray")
     return candidate if os.path.exists(candidate) else "ray"
-
-
-def _pid_alive(pid: int) -> bool:
-    """Running, and not a zombie (an orphaned node's parent may never reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
 
 
 # What `ray start` prints when its node could not register with the GCS in time.
@@ -126,7 +114,7 @@ class LocalNode:
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        return _pid_alive(self.pid)
+        return pid_alive(self.pid)
 
     def signal(self, sig: int) -> None:
         """Signal every process of this node (its session), not just ``ray start``."""
@@ -348,13 +336,14 @@ class LocalCluster:
             node.wait(30)
 
     def stop(self) -> None:
-        """Stop worker nodes first, then the head; SIGKILL whatever lingers."""
+        """Stop worker nodes first, then the head: SIGTERM to every node's processes,
+        SIGKILL to what still runs once they stop exiting (``processes.wait_settled``:
+        ``ray start --block``, the GCS and the raylet never exit on SIGTERM)."""
         for node in reversed(self.nodes):
             if node.alive:
                 node.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        wait_settled({node.pid for node in self.nodes}, limit_s=5)
         for node in reversed(self.nodes):
-            node.wait(max(0.1, deadline - time.monotonic()))
             node.signal(signal.SIGKILL)  # stragglers in the session (workers, agents)
             node.wait(10)
         if self._own_temp:
