@@ -10,7 +10,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from raytf.config import DEFAULT_FAILURES_IN_A_ROW, FailureConfig
+from raytf.config import FailureConfig
+from raytf.config.fault_tolerance import DEFAULT_FAILURES_IN_A_ROW
 from raytf.errors import (
     CheckpointMismatchError,
     CheckpointRestoreError,

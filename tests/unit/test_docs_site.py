@@ -187,9 +187,11 @@ def test_every_cli_argument_has_help_text(monkeypatch):
 
 @pytest.mark.parametrize(
     "path,cls",
-    [("raytf/config.py", "ScalingConfig"), ("raytf/config.py", "RunConfig"),
-     ("raytf/config.py", "LoggingConfig"), ("raytf/fault_config.py", "CheckpointConfig"),
-     ("raytf/fault_config.py", "FailureConfig"), ("raytf/rundir/run_state.py", "RunState"),
+    [("raytf/config/run.py", "ScalingConfig"), ("raytf/config/run.py", "RunConfig"),
+     ("raytf/config/run.py", "LoggingConfig"),
+     ("raytf/config/fault_tolerance.py", "CheckpointConfig"),
+     ("raytf/config/fault_tolerance.py", "FailureConfig"),
+     ("raytf/rundir/run_state.py", "RunState"),
      ("raytf/settings.py", "Settings")],
 )  # fmt: skip
 def test_every_config_field_has_a_docstring(path, cls):

@@ -2,7 +2,7 @@
 (``CheckpointConfig``), how failures are handled (``FailureConfig``), and the
 defaults for a run nobody configured, which survive a lost worker or node.
 
-Re-exported by ``raytf.config``; each dataclass validates itself in
+Exported by ``raytf.config``; each dataclass validates itself in
 ``__post_init__`` and names the bad field and value.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raytf.config_checks import count_or_none, positive_or_none
+from raytf.config.checks import count_or_none, positive_or_none
 from raytf.errors import ConfigError
 
 # The defaults that protect a run nobody configured.

@@ -1,4 +1,5 @@
-"""User-facing configuration: how many workers, what each needs, where a run lives.
+"""How many workers, what each needs, where a run lives and what it logs
+(``ScalingConfig``, ``RunConfig``, ``LoggingConfig``).
 
 Names mirror Ray Train's (`ScalingConfig`, `RunConfig`) so its users can move over.
 Every dataclass validates itself in ``__post_init__`` and names the bad field and
@@ -12,20 +13,13 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from raytf.config_checks import (
+from raytf.config.checks import (
     check_resources,
     finite_number,
     is_count,
 )
+from raytf.config.fault_tolerance import CheckpointConfig, FailureConfig
 from raytf.errors import ConfigError
-
-# Where users (and Ray Train's names) find them: raytf.config is the one configuration import.
-from raytf.fault_config import (  # noqa: F401
-    DEFAULT_FAILURES_IN_A_ROW,
-    DEFAULT_KEEP,
-    CheckpointConfig,
-    FailureConfig,
-)
 from raytf.rundir.storage import join_run_dir
 from raytf.settings import Settings
 
