@@ -17,17 +17,26 @@ SETTLED_S = 1.0  # no process of the groups exited for this long: the rest will 
 POLL_S = 0.1
 
 
-def pid_alive(pid: int) -> bool:
-    """Running, and not a zombie (an orphaned node's parent may never reap it)."""
+def _stat(pid: int | str) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command name, the state first (``Z``: a
+    zombie) and the process group third; None once it is gone, or without ``/proc``."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Running, and not a zombie (an orphaned node's parent may never reap it)."""
+    fields = _stat(pid)
+    if fields is not None:
+        return fields[0] != "Z"
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def group_members(pgids: set[int]) -> set[int] | None:
@@ -38,12 +47,8 @@ def group_members(pgids: set[int]) -> set[int] | None:
         return None
     members = set()
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # exited while listed
-        if fields[0] != "Z" and int(fields[2]) in pgids:
+        fields = _stat(pid)  # None: it exited while listed
+        if fields is not None and fields[0] != "Z" and int(fields[2]) in pgids:
             members.add(int(pid))
     return members
 
