@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
@@ -85,6 +87,40 @@ def alive_nodes() -> list[dict]:
 
 def alive_node_ids() -> set[str]:
     return {n["NodeID"] for n in alive_nodes()}
+
+
+def refusing_nodes(node_ids: set[str], timeout_s: float = 1.0) -> set[str]:
+    """Of these nodes that Ray's records call alive, those whose raylet port refuses a
+    TCP connection: the machine answers and no raylet listens there.
+
+    A killed node reads alive for as long as Ray's health checks take to fail (3 s in
+    ``raytf local``, 15 s with Ray's defaults), and its placement groups read
+    ``CREATED``: a restart that trusted them placed a worker there and waited out the
+    set-up timeout (seen: 120 s). Only a refusal counts: a connection that times out or
+    finds no route (a machine that is gone, or a driver outside the cluster's network)
+    proves nothing, and any other failure of the question answers "none".
+    """
+    try:
+        records = [n for n in alive_nodes() if n["NodeID"] in node_ids]
+        if not records:
+            return set()
+
+        def refuses(record: dict) -> bool:
+            address = (record["NodeManagerAddress"], int(record["NodeManagerPort"]))
+            try:
+                socket.create_connection(address, timeout=timeout_s).close()
+            except ConnectionRefusedError:
+                return True
+            except OSError:  # timed out, no route: no evidence either way
+                return False
+            return False
+
+        with ThreadPoolExecutor(max_workers=min(32, len(records))) as pool:
+            refused = list(pool.map(refuses, records))
+        return {r["NodeID"] for r, no in zip(records, refused) if no}
+    except Exception as exc:  # noqa: BLE001 - no answer is no evidence of a dead node
+        logger.debug("raylet reachability check failed: %s", exc)
+        return set()
 
 
 def alive_node_resources() -> list[dict[str, float]]:

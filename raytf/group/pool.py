@@ -23,7 +23,7 @@ from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
 from raytf.group import kept
 from raytf.group.actors import actor_options, kill_actor, worker_env
-from raytf.group.cluster import alive_node_ids
+from raytf.group.cluster import alive_node_ids, refusing_nodes
 from raytf.group.elastic import WorldSize, choose_world_size
 from raytf.group.shipping import worker_runtime_env
 from raytf.group.slots import make_slots
@@ -86,9 +86,15 @@ class WorkerPool:
         dead = self._ping_all()
         placed = self.slots.placed()
         self._dead_nodes = {placed[s] for s in dead if s in placed}
+        # The last attempt's nodes whose slot has no standby or spare to ping: ask the
+        # node's raylet (a node killed seconds ago still reads alive).
+        suspects = set(self._slot_nodes.values()) & set(placed.values())
+        self._dead_nodes |= refusing_nodes(suspects - self._dead_nodes)
         alive = alive_node_ids()
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
-        self.lost_nodes |= {n for n in self._slot_nodes.values() if n not in alive}
+        self.lost_nodes |= {
+            n for n in self._slot_nodes.values() if n not in alive or n in self._dead_nodes
+        }
         self.active, size = self.slots.place(timeout_s, on_wait, self._usable)
         placed = self.slots.placed()
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
