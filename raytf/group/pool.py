@@ -86,8 +86,8 @@ class WorkerPool:
         dead = self._ping_all()
         placed = self.slots.placed()
         self._dead_nodes = {placed[s] for s in dead if s in placed}
-        # The last attempt's nodes whose slot has no standby or spare to ping: ask the
-        # node's raylet (a node killed seconds ago still reads alive).
+        # A slot with no standby or spare has no process to ping, so ask the raylet of
+        # each of the last attempt's nodes (a node killed seconds ago still reads alive).
         suspects = set(self._slot_nodes.values()) & set(placed.values())
         self._dead_nodes |= refusing_nodes(suspects - self._dead_nodes)
         alive = alive_node_ids()
