@@ -261,16 +261,16 @@ class WorkerCheckpointer:
         check = self.rank == 0 and self.refuse_nonfinite
         finite = structure.all_finite(self.model) if check else None
         if not self.async_save:
-            if self.rank == 0:
+            # Every rank writes, whatever it is told of the step (a save runs collectives).
+            committed = self.committed_already(step)
+            if self.rank == 0 and not committed:
                 write = self._writer.write
             else:
-                # TF's multi-worker pattern: every rank writes (saving may run
-                # collectives); only the chief's files are kept.
                 scratch = tempfile.mkdtemp(prefix=f"raytf-r{self.rank}-")
                 self._writer.write(os.path.join(scratch, TF_PREFIX))
                 shutil.rmtree(scratch, ignore_errors=True)
                 write = None
-            self._persist(step, reason, write, state, t0, None, finite)
+            self._persist(step, reason, write, state, t0, None, finite, committed)
             return
         waited = self.flush()
         if waited > 0.05:
@@ -327,14 +327,18 @@ class WorkerCheckpointer:
         except Exception:  # noqa: BLE001 - any storage error: the write decides
             return False
 
-    def _persist(self, step, reason, write, state: bytes, t0: float, stall, finite=None) -> None:
+    def _persist(
+        self, step, reason, write, state: bytes, t0: float, stall, finite=None, committed=None
+    ) -> None:
         """Write the TF files (chief) and this rank's state, upload, report the part.
 
         A part that could not be stored is never reported, so never committed: the
-        previous committed checkpoint stays the latest.
+        previous committed checkpoint stays the latest (``committed``: asked already).
         """
         dirname = step_dirname(step)
-        if self.committed_already(step):
+        if committed is None:
+            committed = self.committed_already(step)
+        if committed:
             print(refused_line(self.rank, step, "checkpoint"), flush=True)
             return
         # Staged, never written into the step's directory: the commit moves it there.

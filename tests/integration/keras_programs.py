@@ -21,6 +21,7 @@ import json
 import sys
 import time
 
+import numpy as np
 import ray
 
 import raytf
@@ -54,9 +55,13 @@ def _data(n: int = STEPS * BATCH):
 
 
 def _pause(keras, seconds: float):
-    return keras.callbacks.LambdaCallback(
+    """A pause after each batch in the runs a test kills (none in the references), and
+    ``pause.after_fit()``: a longer one where a program goes on after its ``fit``."""
+    pause = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda *_, **__: time.sleep(seconds) if seconds else None
     )
+    pause.after_fit = lambda: time.sleep(40 * seconds)
+    return pause
 
 
 def arrays(keras, tf, pause):
@@ -169,6 +174,32 @@ def ema_two_fits(keras, tf, pause):
     return model, history
 
 
+def early_stop(keras, tf, pause):
+    """EarlyStopping ends the call after its second epoch of six (the loss never improves
+    by 10), then the program goes on (an evaluate, a save, a second phase would): the
+    kill lands there, after the stop."""
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = _model(keras)
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)
+    history = model.fit(ds, epochs=EPOCHS + 3, callbacks=[stop, pause], verbose=0)
+    pause.after_fit()
+    return model, history
+
+
+def three_fits(keras, tf, pause):
+    """Three fit calls of two epochs, the arrays reshuffled in place with NumPy's global
+    RNG before each; the kill lands in the third."""
+    x, y = _data()
+    model = _model(keras)
+    for _ in range(3):
+        order = np.random.permutation(len(x))
+        x, y = x[order], y[order]
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+        history = model.fit(ds, epochs=2, callbacks=[pause], verbose=0)
+    return model, history
+
+
 PROGRAMS = {
     f.__name__: f
     for f in (
@@ -179,6 +210,8 @@ PROGRAMS = {
         seeded_shuffle,
         two_models,
         ema_two_fits,
+        early_stop,
+        three_fits,
     )
 }
 

@@ -1,5 +1,6 @@
 """The matrix of Keras programs people write (``keras_programs.py``), each with rank 1
-SIGKILLed mid-epoch and held to its uninterrupted run: it ends bit-identical (every rank's
+SIGKILLed (mid-epoch, after a fit a callback stopped, in a third fit call) and held to
+its uninterrupted run: it ends bit-identical (every rank's
 weights and the ``History``), or it finishes its epochs and a line on the driver's screen
 names what made the resume inexact. A silent divergence fails.
 
@@ -26,9 +27,12 @@ EXPECTED = {
     "seeded_shuffle": (SAID, "reshuffle_each_iteration=True"),
     "two_models": (EXACT, None),
     "ema_two_fits": (EXACT, None),
+    "early_stop": (EXACT, None),  # stopped at step 16: the restarted call trains no more
+    "three_fits": (EXACT, None),  # the two calls before return with their NumPy state
 }
-# 8 steps an epoch, a checkpoint every 4: the kill lands in the second or third epoch.
-KILL_AFTER_STEP = 10
+# 8 steps an epoch, a checkpoint every 4: the kill lands in the second or third epoch; for
+# early_stop after its fit stopped (step 16), for three_fits in its third call (33-48).
+KILL_AFTER_STEP = {"early_stop": 16, "three_fits": 36}
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +46,10 @@ def references(cluster_env, tmp_path_factory):
 
 
 @pytest.mark.parametrize("program", sorted(EXPECTED))
-def test_a_program_killed_mid_epoch_ends_exact_or_says_why_not(
-    program, references, cluster_env, storage
-):
+def test_a_killed_program_ends_exact_or_says_why_not(program, references, cluster_env, storage):
     args = ["--program", program, "--step-sleep", "0.1"]
     run = JobRun(storage, f"kill-{program}", *args, env=cluster_env, job=JOB)
-    rc, summary = run.finish_after_killing(1, step=KILL_AFTER_STEP)
+    rc, summary = run.finish_after_killing(1, step=KILL_AFTER_STEP.get(program, 10))
     output = run.output()
     assert rc == 0 and summary, output[-3000:]
     assert summary["attempts"] == 2, "the kill did not restart the group"

@@ -474,3 +474,21 @@ def test_a_writer_past_the_check_when_the_commit_lands_cannot_alter_it(
         # manifest names, so the restore read the committed files from the store.
         assert again.restored_from == "storage"
         storage.remove()
+
+
+def test_a_synchronous_save_of_a_committed_step_still_joins_the_ranks_write(storage, parts):
+    """Saving MWMS's on-read variables is a collective: a chief told "step 5 is committed"
+    that skipped its TF write would leave every other rank waiting in theirs. It writes
+    (to a scratch folder), keeps nothing and reports nothing."""
+    model, optimizer = make_model(0)
+    ck = checkpointer(storage, parts, every_steps=5)
+    ck.track({"model": model, "optimizer": optimizer})
+    ck.step_end(5)
+    commit(storage, parts, world_size=1, attempt=1)
+    writes = []
+    real_write = ck._writer.write
+    ck._writer.write = lambda prefix: writes.append(prefix) or real_write(prefix)
+    ck.schedule.last = 0
+    ck.save_now(5, "session")
+    assert len(writes) == 1 and not writes[0].startswith(storage.path(CKPT_DIR))
+    assert [p.step for p in parts] == [5] and staged_steps(storage) == []

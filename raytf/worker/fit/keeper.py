@@ -43,8 +43,10 @@ def strategy_of(model: Any, ctx: Any) -> Any:
     return getattr(model, "distribute_strategy", None) or ctx.strategy
 
 
-# The place's format: 2 counts calls of the tracked model only (1 counted every fit call).
-STATE_VERSION = 2
+# The place's format: 2 counts calls of the tracked model only (1 counted every fit call);
+# 3 adds ``stopped`` and the RNG ends of earlier calls (``rng_ends``; 2's ``rng_before``
+# is read as the end of the call before the place).
+STATE_VERSION = 3
 
 
 class Keeper(keras.callbacks.Callback):
@@ -58,12 +60,18 @@ class Keeper(keras.callbacks.Callback):
         tracked: bool,
         saved: dict | None,
         step: int,
+        epochs: int,
         user_callbacks: list = (),
     ):
         super().__init__()
         self.ctx = ctx
         self.call, self.epoch, self.batch, self.drawn = at.call, at.epoch, at.batch, at.drawn
         self.steps = kind.steps
+        self.epochs = int(epochs)  # the call's own (a resume splits it into Keras calls)
+        # A callback set ``model.stop_training`` (EarlyStopping, TerminateOnNaN): the call
+        # has ended, though epochs are left; a resume must not train them.
+        self.stopped = bool((saved or {}).get("stopped"))
+        self.returned = False  # fit returned: its callbacks' on_train_end has run
         # Mid-epoch steps resumable only when the input's position is exact and the
         # checkpoint holds this call's place (not a loop's own restore()).
         self.exact = tracked and kind.why_not_exact is None
@@ -74,7 +82,6 @@ class Keeper(keras.callbacks.Callback):
         self._pending = False
         self.user_callbacks = list(user_callbacks)
         self.rng_after: dict | None = None  # Python's and NumPy's RNGs as the call ended
-        self.rng_before: dict | None = None  # ... as the tracked call before it ended
         # Wall seconds the call has run, across restarts: what drawing its batches took,
         # an upper bound on skipping through them again (``resume.skip_allowance``).
         self.seconds = float((saved or {}).get("seconds", 0.0))
@@ -98,9 +105,11 @@ class Keeper(keras.callbacks.Callback):
             "callbacks": callback_state.capture(self.user_callbacks),
             "seconds": round(self.seconds, 3),
         }
-        for name in ("rng_after", "rng_before"):
-            if getattr(self, name) is not None:
-                doc[name] = getattr(self, name)
+        for flag in ("stopped", "returned"):
+            if getattr(self, flag):
+                doc[flag] = True
+        if self.rng_after is not None:
+            doc["rng_after"] = self.rng_after
         if self.batch:  # an epoch's start resets them: nothing to keep
             doc["metrics"] = self._metrics().capture()
         return doc
@@ -157,17 +166,22 @@ class Keeper(keras.callbacks.Callback):
         report = {"step": self.step, "epoch": epoch + 1, "epoch_end": True, **values}
         self.ctx.report(report)
         self.epoch, self.batch, self._pending = epoch + 1, 0, False
+        # Keras reads ``stop_training`` after ``on_epoch_end`` (this callback is last).
+        self.stopped = self.stopped or bool(getattr(self.model, "stop_training", False))
+        if self.stopped or self.epoch >= self.epochs:  # the call's last step
+            self.rng_after = rng_state()
         # After the report: a checkpoint at an epoch's end never lacks that epoch's logs.
         self.ctx.step_end(self.step, resumable=True)
 
     def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.ctx.heartbeat()  # fit's validation is work, not a hang
 
-    def finished(self, epochs: int) -> None:
+    def finished(self) -> None:
         """The call returned: a save after it holds a place with nothing left to run, and
         the RNGs' state at this moment. A restart skips this call, then runs again
         what the program did after it (building a second model, say); a checkpoint
         taken later holds the RNGs of that later moment, which would shift every draw
         the program makes again: the call's return puts back these."""
-        self.epoch, self.batch, self._pending = max(self.epoch, int(epochs)), 0, False
+        self.epoch, self.batch, self._pending = max(self.epoch, self.epochs), 0, False
         self.rng_after = rng_state()
+        self.returned = True

@@ -32,8 +32,9 @@ from raytf.checkpoint.restore import set_rng_state
 from raytf.errors import ConfigError
 from raytf.worker import liveness
 from raytf.worker.fit import callback_state
-from raytf.worker.fit.keeper import STATE_VERSION, Keeper, strategy_of
+from raytf.worker.fit.keeper import Keeper, strategy_of
 from raytf.worker.fit.position import STREAM, Call, Position, classify, resume_calls
+from raytf.worker.fit.rng_ends import RngEnds
 
 STATE_NAME = "keras_fit"
 
@@ -51,16 +52,17 @@ class _Worker:
         self.inexact_said = False
         self.saved: dict | None = None  # the restored place, until its call has used it
         self.live: Any = None  # the callback of the call running now (the state's source)
-        # Python's and NumPy's RNGs as the last finished tracked call left them: the next
-        # call's state carries them, for that call to put back if it returns at once.
-        self.rng_after: dict | None = None
+        # Python's and NumPy's RNGs at the ends of the finished tracked calls the program
+        # drew after: a replayed call puts its end back.
+        self.rng = RngEnds()
 
     def state(self) -> dict | None:
-        return None if self.live is None else self.live.state()
+        return None if self.live is None else {**self.live.state(), **self.rng.doc()}
 
     def restore(self, doc: Any) -> None:
         self.saved = doc if isinstance(doc, dict) else None
-        if self.saved is not None and self.saved.get("v") != STATE_VERSION:
+        self.rng.restore(self.saved)
+        if self.saved is not None and int(self.saved.get("v", 1)) < 2:
             print(
                 "[raytf] the checkpoint's fit place was written by an earlier raytf, which "
                 "counted every fit call: a loop with a fit on another model before this "
@@ -92,6 +94,7 @@ def _track(worker: _Worker, model: Any, x: Any, ctx: Any) -> bool:
         return False
     ctx.add_checkpoint_state(STATE_NAME, worker.state, worker.restore)
     ctx.restore(model=model, optimizer=model.optimizer)
+    worker.rng.restored()
     worker.model, worker.optimizer = model, model.optimizer
     return True
 
@@ -154,6 +157,7 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
     else:  # a place belongs to the tracked model's calls, counted apart from others'
         index, worker.calls = worker.calls, worker.calls + 1
         _say_recompiled(worker, model, index, ctx)
+        worker.rng.call_starts(index)
     epochs = int(args.get("epochs", 1))
     kind = classify(args.get("x"), args.get("steps_per_epoch"), args.get("shuffle", True))
     saved = worker.saved if tracked else None
@@ -161,8 +165,7 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
         worker.saved = None
     if saved is not None and int(saved.get("call", 0)) > index:
         worker.saved = saved  # a later call's place: this one had finished
-        if int(saved["call"]) == index + 1 and saved.get("rng_before"):
-            set_rng_state(saved["rng_before"])  # as this call left them
+        worker.rng.replayed(index, ctx.rank)  # as this call left them
         print(
             f"[raytf] rank {ctx.rank}: fit call {index + 1} had finished before the checkpoint",
             flush=True,
@@ -180,10 +183,15 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
             flush=True,
         )
     calls = resume_calls(at, epochs, kind)
-    if resumed is not None and not calls and resumed.get("rng_after"):
-        set_rng_state(resumed["rng_after"])  # as this call left them: what follows redraws
-    keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step, user_callbacks)
-    keeper.rng_before = (resumed or {}).get("rng_before") or worker.rng_after
+    if resumed is not None:
+        if resumed.get("stopped"):  # a callback stopped it: it trains no more
+            calls = []
+            model.stop_training = True
+        if calls:
+            worker.rng.resumed(index)
+        else:
+            _ended_before(resumed, index, ctx)
+    keeper = Keeper(ctx, at, kind, tracked, resumed, ctx.last_step, epochs, user_callbacks)
     verbose = args.get("verbose", "auto")
     callbacks = _Spliced(
         [*user_callbacks, keeper],
@@ -207,12 +215,30 @@ def fit(method: Any, bound: Any, ctx: Any) -> Any:
             callbacks.splice(call, first=False, last=True)
             callbacks.on_train_end()
             break
-    keeper.finished(epochs)
+    keeper.finished()
     if tracked:
-        worker.rng_after = keeper.rng_after
+        worker.rng.call_ended()
     history = model.history if calls else keras.callbacks.History()
     _prepend(history, keeper.restored_epochs)
     return history
+
+
+def _ended_before(resumed: dict, index: int, ctx: Any) -> None:
+    """The call holding the checkpoint's place had ended (its epochs done, or a callback
+    stopped it) when the checkpoint was taken: it returns at once, with the RNGs as it
+    left them; what its callbacks did at its end and no checkpoint holds is said."""
+    if resumed.get("rng_after"):
+        set_rng_state(resumed["rng_after"])  # what the program does next redraws
+    kept = [e for e in resumed.get("callbacks") or [] if e and e[0] == "EarlyStopping"]
+    best = any(e[1].get("had_best_weights") for e in kept)
+    if best and not resumed.get("returned") and ctx.is_chief:
+        print(
+            f"[raytf] fit call {index + 1} had ended before the checkpoint; "
+            "EarlyStopping(restore_best_weights=True) puts its best weights back at the "
+            "end and the checkpoint does not hold them: the call returns with the weights "
+            "of its last epoch (not exact)",
+            flush=True,
+        )
 
 
 def skip_allowance(skip: int, resumed: dict | None) -> float:
