@@ -24,9 +24,9 @@ from raytf.checkpoint.layout import (
     clear_staging,
     commit,
     committed,
-    latest_intact,
     mark_bad,
     marked_bad,
+    newest_intact,
     prune,
     ranked,
     step_dirname,
@@ -63,10 +63,11 @@ class CheckpointCommits:
         self.say = say  # a line for the user: a checkpoint refused or not written
         self.config = config
         self.world_size = world_size
-        self.latest: CommittedCheckpoint | None = latest_intact(storage)
         # The committed checkpoints that exist (pruned ones leave): what status lists.
         self.kept: list[int] = committed(storage)
         self.bad: set[int] = marked_bad(storage, self.kept)  # never counted by retention
+        self.latest: CommittedCheckpoint | None = None
+        self.restore_point()
         # Complete checkpoints whose manifest could not be written yet: step -> (parts,
         # tries, when to try again). A newer commit or a new attempt drops them.
         self._unwritten: dict[int, tuple[list[CheckpointPart], int, float]] = {}
@@ -173,8 +174,11 @@ class CheckpointCommits:
         )
 
     def restore_point(self) -> CommittedCheckpoint | None:
-        """The newest committed checkpoint whose files are intact (re-checked every time)."""
-        self.latest = latest_intact(self.storage, skip=self.bad)
+        """The newest committed checkpoint whose files are intact (re-checked every time).
+        Each newer one was found damaged: it counts as bad, never as one of the newest
+        that retention keeps (which would drop the commits made after falling back)."""
+        self.latest, damaged = newest_intact(self.storage, skip=self.bad)
+        self.bad |= set(damaged)
         return self.latest
 
     def new_attempt(self, world_size: int) -> None:
@@ -282,8 +286,9 @@ class CheckpointCommits:
             removed = []
             if self.holds():  # not taken over since this commit: the prune is still ours
                 removed = prune(
-                    self.storage, keep, self.scores(), order, self.bad, self.kept, generation
-                )
+                    self.storage, keep, self.scores(), order, self.bad, self.kept, generation,
+                    last=ckpt.step,
+                )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - storage: the next commit prunes again
             logger.warning("pruning after step %d failed: %s", ckpt.step, exc)
             removed = []
@@ -323,6 +328,10 @@ class CheckpointCommits:
             )
         except StepCommitted:  # a step marked bad, above the one fallen back to
             return None, f"step {step}: {COMMITTED_ALREADY}"
+        except ValueError:
+            raise  # parts that do not make a checkpoint: a bug, not storage
+        except Exception as exc:  # noqa: BLE001 - storage: the restart reads the last commit
+            return None, f"step {step} could not be committed ({type(exc).__name__}: {exc})"
         self._committed(ckpt)
         return ckpt, f"ranks {sorted(answers)} at step {step}"
 

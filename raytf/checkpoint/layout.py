@@ -154,13 +154,24 @@ def committed(storage: Storage) -> list[int]:
 
 def latest_intact(storage: Storage, skip: set[int] = frozenset()) -> CommittedCheckpoint | None:
     """The newest committed checkpoint whose files are all there, newest first."""
+    return newest_intact(storage, skip)[0]
+
+
+def newest_intact(
+    storage: Storage, skip: set[int] = frozenset()
+) -> tuple[CommittedCheckpoint | None, list[int]]:
+    """``latest_intact``, and the committed steps newer than it that ``verify`` rejected
+    (damaged: a file missing or of another size, a manifest that does not parse)."""
+    damaged = []
     for step in reversed(committed(storage)):
         if step in skip:
             continue
         manifest = verify(storage, step)
         if manifest is not None:
-            return CommittedCheckpoint(step, storage.url(CKPT_DIR, step_dirname(step)), manifest)
-    return None
+            url = storage.url(CKPT_DIR, step_dirname(step))
+            return CommittedCheckpoint(step, url, manifest), damaged
+        damaged.append(step)
+    return None, damaged
 
 
 def commit(
@@ -255,18 +266,25 @@ def ranked(steps: list[int], scores: dict[int, float | None], order: str) -> lis
 
 
 def to_drop(
-    done: list[int], num_to_keep: int | None, scores: dict[int, float | None] | None, order: str
+    done: list[int],
+    num_to_keep: int | None,
+    scores: dict[int, float | None] | None,
+    order: str,
+    last: int | None = None,
 ) -> list[int]:
     """The committed steps beyond ``num_to_keep``: the oldest, or with ``scores`` the worst
-    of those already scored (a checkpoint whose score is not known yet stays). The newest
-    always stays: a restart resumes from it."""
+    of those already scored (a checkpoint whose score is not known yet stays). The newest,
+    and ``last`` (the one just committed, older than the newest after a fall back),
+    always stay: a restart resumes from it."""
     if num_to_keep is None or len(done) <= num_to_keep:
         return []
     if scores is None:
-        return done[: len(done) - num_to_keep]
-    scored = [s for s in done if s in scores]
-    keep = set(ranked(scored, scores, order)[:num_to_keep]) | {done[-1]}
-    return [s for s in scored if s not in keep]
+        drop = done[: len(done) - num_to_keep]
+    else:
+        scored = [s for s in done if s in scores]
+        keep = set(ranked(scored, scores, order)[:num_to_keep]) | {done[-1]}
+        drop = [s for s in scored if s not in keep]
+    return [s for s in drop if s != last]
 
 
 def prune(
@@ -277,8 +295,10 @@ def prune(
     bad: set[int] = frozenset(),
     done: list[int] | None = None,
     generation: int | None = None,
+    last: int | None = None,
 ) -> list[int]:
-    """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones.
+    """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones;
+    never ``last``, the step just committed (``to_drop``).
 
     ``done``: the committed steps, as the caller (the driver) knows them; without it
     each one's manifest is looked up, one storage call per checkpoint. With it a prune
@@ -288,7 +308,9 @@ def prune(
     never take a place, so a fallback cannot make retention delete the fresh
     commits that followed it; a bad one goes once it is older than every kept one.
     A directory without a manifest older than the newest commit is the remains
-    of a save interrupted by a failure; one newer may still be being written.
+    of a save interrupted by a failure; one newer may still be being written. A
+    directory missing from ``done`` is looked at first: with a manifest it is a commit
+    the caller did not see (a listing that lagged), never removed here.
     Staged parts of a step at or before the newest commit are never committed
     (a step older than the latest is not, nor is one committed already): removed.
 
@@ -298,7 +320,7 @@ def prune(
     """
     done = committed(storage) if done is None else sorted(set(done))
     good = [s for s in done if s not in bad]
-    drop = to_drop(good, num_to_keep, scores, order)
+    drop = to_drop(good, num_to_keep, scores, order, last)
     kept = [s for s in good if s not in drop]
     drop += [s for s in done if s in bad and kept and s < kept[0]]
     removed = []
@@ -311,8 +333,8 @@ def prune(
     names = storage.listdir(CKPT_DIR)
     for step in _steps_in(names):
         if step < newest and step not in done:
-            if generation is not None and _later_holder(storage, step, generation):
-                continue  # committed by the driver that took the run over
+            if storage.exists(CKPT_DIR, step_dirname(step), MANIFEST):
+                continue  # a commit the caller's list missed: not the remains of a save
             storage.remove(CKPT_DIR, step_dirname(step))
             removed.append(step)
     if newest >= 0 and STAGING in names:

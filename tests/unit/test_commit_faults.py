@@ -180,3 +180,62 @@ def test_a_step_marked_bad_is_never_committed_again_and_the_next_one_is(storage)
     assert after == before and storage.listdir(CKPT_DIR, ".staging") == []
     (ckpt,) = coord.on_parts(write_parts(storage, 30), attempt=2)
     assert ckpt.step == 30 and coord.restore_point().step == 30
+
+
+def _truncate(storage, step: int, name: str = "ckpt.data-00000-of-00001") -> None:
+    with open(storage.path(CKPT_DIR, step_dirname(step), name), "r+b") as f:
+        f.truncate(10)
+
+
+def test_a_damaged_newest_commit_never_makes_retention_drop_the_fresh_one(storage):
+    """num_to_keep=1, step 300 committed then truncated (not yet marked bad by any
+    restore): the driver falls back to 0 and commits 100. 300 counted as one of the
+    newest would drop 100 the moment it landed, and Result.checkpoint would name it."""
+    commit(storage, write_parts(storage, 300), world_size=2, attempt=1)
+    _truncate(storage, 300)
+    coord = commits(storage, [], num_to_keep=1)
+    assert coord.restore_point() is None and coord.bad == {300}
+    (ckpt,) = coord.on_parts(write_parts(storage, 100), attempt=2)
+    assert ckpt.step == 100 and coord.latest.step == 100
+    assert committed(storage) == [100, 300] and sorted(coord.kept) == [100, 300]
+    assert latest_intact(storage, skip=coord.bad).step == 100
+
+
+def test_the_step_just_committed_is_never_dropped_whatever_the_list_says():
+    from raytf.checkpoint.layout import to_drop
+
+    assert to_drop([100, 300], 1, None, "max") == [100]  # what a plain count drops
+    assert to_drop([100, 300], 1, None, "max", last=100) == []
+    assert to_drop([100, 200, 300], 1, {100: 0.9, 200: 0.1, 300: 0.2}, "max", last=100) == [200]
+
+
+def test_prune_leaves_a_committed_folder_the_drivers_list_missed(storage):
+    """A store whose listing lagged when the driver read it: step 20 was committed (by
+    the driver before it) but is not in ``done``. It has a manifest: not the remains of
+    an interrupted save, never removed."""
+    for step in (10, 20, 30):
+        commit(storage, write_parts(storage, step), world_size=2, attempt=1)
+    os.makedirs(storage.path(CKPT_DIR, step_dirname(25)))  # an interrupted save's remains
+    removed = prune(storage, 5, done=[10, 30])
+    assert removed == [25] and committed(storage) == [10, 20, 30]
+
+
+class FailingStore(Storage):
+    """Local storage whose atomic writes (the manifest's) fail as a store that errors."""
+
+    def write_atomic(self, data, *parts):
+        raise ConnectionError("the endpoint closed the connection")
+
+
+def test_a_storage_error_in_the_emergency_commit_costs_the_checkpoint_not_the_run(tmp_path):
+    import dataclasses
+
+    storage = FailingStore(str(tmp_path / "run"))
+    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=3)
+    survivors = {
+        p.rank: dataclasses.replace(p, reason="emergency", digest="a")
+        for p in write_parts(storage, 27, world=2)
+    }
+    ckpt, why = coord.commit_emergency(survivors, {2}, attempt=1)
+    assert ckpt is None and "step 27 could not be committed (ConnectionError" in why
+    assert committed(storage) == [] and coord.latest is None
