@@ -44,7 +44,8 @@ FORWARDED_PREFIXES = (
 # AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN...
 _CREDENTIAL_WORDS = re.compile(
     r"(^|[_.-])(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PROFILE|ROLE|AUTH\w*|SESSION"
-    r"|COOKIE)([_.-]|$)",
+    r"|COOKIE|API[_-]?KEY|ACCOUNT[_-]?KEY|SAS[_-]?TOKEN|CONNECTION[_-]?STRING|SIGNATURE)"
+    r"([_.-]|$)",
     re.IGNORECASE,
 )
 # fsspec also reads a protocol's whole configuration from one variable as JSON
@@ -52,8 +53,20 @@ _CREDENTIAL_WORDS = re.compile(
 # (client_kwargs' aws_secret_access_key, an HTTP header's Authorization or X-Api-Key).
 _FSSPEC_JSON = re.compile(r"^FSSPEC_[A-Za-z0-9]+$")
 # A URL with userinfo (s3://user:pass@bucket, https://token@host) carries its secret in
-# the value, whatever the variable is called.
+# the value, whatever the variable is called; so do the forms below.
 _URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
+# A secret in a value: an Azure connection string's key or signature, a database one's
+# password, a signed URL's signature (SAS, S3 and GCS presigned).
+_SECRET_IN_VALUE = re.compile(
+    r"(^|[;\s])(AccountKey|SharedAccessKey|SharedAccessSignature|Password|Pwd)=[^;\s]"
+    r"|[?&](sig|X-Amz-Signature|X-Amz-Security-Token|X-Goog-Signature|Signature)=",
+    re.IGNORECASE,
+)
+
+
+def _secret_in(value: str) -> bool:
+    return bool(_URL_USERINFO.search(value) or _SECRET_IN_VALUE.search(value))
+
 
 # Read when the process starts or TensorFlow is imported, not when used: a process
 # kept with TensorFlow imported (``raytf.group.kept``) serves only a run whose values
@@ -76,7 +89,7 @@ def is_credential(name: str, value: str | None = None) -> bool:
     """Whether ``name`` (with ``value``, for fsspec's JSON form) holds a credential."""
     if name == "GOOGLE_APPLICATION_CREDENTIALS" or _CREDENTIAL_WORDS.search(name):
         return True
-    if value and _URL_USERINFO.search(value):
+    if value and _secret_in(value):
         return True
     if _FSSPEC_JSON.match(name):
         try:
@@ -88,12 +101,12 @@ def is_credential(name: str, value: str | None = None) -> bool:
 
 
 def _holds_credential(doc) -> bool:
-    """Whether a JSON document has a credential's key, or a URL with userinfo, anywhere."""
+    """Whether a JSON document has a credential's key, or a secret in a value, anywhere."""
     if isinstance(doc, dict):
         return any(_CREDENTIAL_WORDS.search(str(k)) or _holds_credential(v) for k, v in doc.items())
     if isinstance(doc, list):
         return any(_holds_credential(v) for v in doc)
-    return isinstance(doc, str) and bool(_URL_USERINFO.search(doc))
+    return isinstance(doc, str) and _secret_in(doc)
 
 
 def worker_env(environ=None, credentials: bool = False) -> dict[str, str]:

@@ -78,6 +78,23 @@ class _OneGroup:
             return {}
         return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
 
+    def _off_dead_nodes(self, n: int, usable, deadline: float, on_wait) -> bool:
+        """Wait (until ``deadline``) for every slot to be placed on a node that answers;
+        False at the deadline. A killed node reads alive in Ray's records until its
+        health checks fail (15 s with Ray's defaults) and the group's bundles on it read
+        placed: a restart that trusted them put a worker on a dead node and spent a
+        second retry. Ray moves the bundles once it declares the node dead."""
+        if usable is None:
+            return True
+        start = time.monotonic()
+        while len(usable(self.placed())) < n:
+            if time.monotonic() >= deadline:
+                return False
+            on_wait("waiting for Ray to move the slots off a node that stopped answering",
+                    time.monotonic() - start)  # fmt: skip
+            time.sleep(0.5)
+        return True
+
 
 class FixedSlots(_OneGroup):
     """All slots in one placement group: placed together, strategy across the group."""
@@ -103,7 +120,7 @@ class FixedSlots(_OneGroup):
         ask = _AutoscalerAsk(self.bundle, n)
         while True:
             done, _ = ray.wait([ready], timeout=1.0)
-            if done:
+            if done and self._off_dead_nodes(n, usable, start + timeout_s, on_wait):
                 ask.withdraw()  # placed: let idle nodes go when the run ends
                 return list(range(n)), WorldSize(n)
             if ask.maybe_ask():
@@ -150,8 +167,9 @@ class TrialSlots(_OneGroup):
         self.n = scaling.num_workers
 
     def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
+        deadline = time.monotonic() + timeout_s
         done, _ = ray.wait([self.pg.ready()], timeout=timeout_s)
-        if not done:
+        if not done or not self._off_dead_nodes(self.n, usable, deadline, on_wait):
             raise PlacementTimeoutError(f"the trial's placement group not ready in {timeout_s} s")
         return list(range(self.n)), WorldSize(self.n)
 

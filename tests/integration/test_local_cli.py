@@ -84,7 +84,8 @@ def test_local_cluster_cli_with_job_submit_and_a_killed_node(reference, tmp_path
         assert job.returncode == 0, text[-4000:]
         summary = json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
         assert summary["steps"] == 160 and summary["digests_agree"]
-        assert summary["attempts"] >= 2 and summary["failures"]
+        # One lost node, one retry: the restart waits for Ray to move its slot (issue 52).
+        assert summary["attempts"] == 2 and len(summary["failures"]) == 1, text[-4000:]
         assert summary["weights_digest"] == reference["weights_digest"]
         with open(os.path.join(storage, "cli", "state.json")) as f:
             final_ips = {w["node_ip"] for w in json.load(f)["workers"]}

@@ -204,6 +204,23 @@ def test_a_jobs_own_variables_are_part_of_the_match(monkeypatch):
         ("FSSPEC_S3", '{"endpoints": ["s3://AKIA:planted@bucket"]}'),
         ("FSSPEC_S3_ENDPOINT_URL", "https://user:planted@store:9000"),
         ("AWS_ENDPOINT_URL", "http://planted-token@127.0.0.1:9000"),
+        # Azure connection strings, by name and by value, and in fsspec's JSON
+        ("FSSPEC_ABFS_CONNECTION_STRING", "DefaultEndpointsProtocol=https;AccountName=a"),
+        ("FSSPEC_ABFS_ACCOUNT_NAME_AND_MORE", "AccountName=a;AccountKey=planted=="),
+        ("FSSPEC_ABFS", '{"connection_string": "AccountName=a;AccountKey=planted"}'),
+        ("FSSPEC_ABFS", '{"account_name": "a", "conn": "SharedAccessSignature=sv=planted"}'),
+        ("FSSPEC_ABFS_ACCOUNT_KEY", "planted"),
+        ("FSSPEC_ABFS_SAS_TOKEN", "sv=2022&sig=planted"),
+        # API keys in a header or a variable written as one word
+        ("FSSPEC_HTTP", '{"headers": {"apikey": "planted"}}'),
+        ("FSSPEC_HTTP", '{"headers": {"X-APIKEY": "planted"}}'),
+        ("FSSPEC_WEBDAV_APIKEY", "planted"),
+        # signed URLs in any forwarded value: Azure SAS, S3 and GCS presigned
+        ("FSSPEC_HTTP_URL", "https://acct.blob.core.windows.net/c/f?sv=2022&sig=planted"),
+        ("RAYTF_DATA_URL", "https://b.s3.amazonaws.com/k?X-Amz-Signature=planted&X-Amz-Date=1"),
+        ("FSSPEC_GCS", '{"url": "https://storage.googleapis.com/b/o?X-Goog-Signature=planted"}'),
+        # a database connection string's password
+        ("RAYTF_DB", "Server=db;Database=runs;User Id=u;Password=planted;"),
     ],
 )
 def test_credentials_nested_in_fsspec_values_stay_on_the_driver(name, value):
@@ -220,6 +237,9 @@ def test_credentials_nested_in_fsspec_values_stay_on_the_driver(name, value):
         ("FSSPEC_S3", '{"client_kwargs": {"region_name": "eu-west-1"}, "anon": false}'),
         ("FSSPEC_S3", '{"config_kwargs": {"s3": {"addressing_style": "path"}}}'),
         ("FSSPEC_S3_ENDPOINT_URL", "http://127.0.0.1:9000/path@v2"),
+        ("FSSPEC_ABFS_ACCOUNT_NAME", "myaccount"),
+        ("FSSPEC_HTTP_URL", "https://example.com/data?signed=false&page=2"),
+        ("RAYTF_NOTE", "keys; passwords are set on the nodes"),
     ],
 )
 def test_fsspec_settings_without_a_credential_still_reach_workers(name, value):
