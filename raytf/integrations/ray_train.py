@@ -22,9 +22,9 @@ What such scripts call, and what it does here:
   ``tf.distribute.MultiWorkerMirroredStrategy()`` is the strategy raytf made in
   the worker (``raytf.worker.own_strategy`` says why a second one would hang).
 
-raytf's own coordinated checkpoints (every rank's state at one step, exact
-resume, emergency saves) need ``raytf.get_context().restore(...)``; a moved
-script may switch to them later, line by line.
+raytf's own coordinated checkpoints (every rank's state at one step, exact resume,
+emergency saves) need ``raytf.get_context().restore(...)``; a moved script may switch
+to them later, line by line (until then no line says its loop names no state).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     Args:
         metrics: As ``raytf.report``'s: names to numbers, strings or scalar tensors.
         checkpoint: Rank 0's is kept in ``RUN_DIR/train_checkpoints/``. Default None."""
-    ctx = _raytf_context()
+    (ctx := _raytf_context()).state_said = True  # its state: in its own checkpoints
     ctx.report(metrics)
     if checkpoint is None or ctx.rank != 0:
         return

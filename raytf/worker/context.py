@@ -15,46 +15,7 @@ from typing import Any
 
 from raytf.messages import Command, Reply, Report
 from raytf.worker.liveness import Liveness
-
-
-def _to_python(value: Any) -> Any:
-    """Plain Python values travel cheaply and print well; tensors and numpy do neither."""
-    if hasattr(value, "numpy"):
-        value = value.numpy()
-    if hasattr(value, "item") and getattr(value, "shape", None) in ((), None):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return value
-
-
-_PLAIN = (bool, int, float, str, type(None))
-
-
-def _is_plain(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    return isinstance(value, _PLAIN)
-
-
-def clean_metrics(metrics: Any, rank: int) -> dict[str, Any]:
-    """Metrics as plain Python values, or a TypeError naming the key, the rank and the type.
-
-    Checked where ``report`` is called, so a bad value fails at its source line
-    instead of being stored, plotted and compared as something it is not.
-    """
-    if not isinstance(metrics, dict):
-        raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}")
-    clean = {}
-    for key, value in metrics.items():
-        plain = _to_python(value)
-        if not _is_plain(plain):
-            raise TypeError(
-                f"report(): metric {key!r} on rank {rank} is a {type(value).__name__}; "
-                "metrics must be numbers (or strings, bools, lists of them, scalar tensors)"
-            )
-        clean[str(key)] = plain
-    return clean
+from raytf.worker.report_values import clean_metrics
 
 
 @dataclass
@@ -127,6 +88,9 @@ class TrainContext:
         self._iterators = dict(shards or {})
         self._shards: dict[str, Any] = {}
         self._step = 0  # the run's global step as this attempt knows it (``last_step``)
+        # A line about what raytf's checkpoints hold of this loop was said, or the loop
+        # keeps its state its own way (Ray Train's checkpoints): no other is needed.
+        self.state_said = False
 
     @property
     def is_chief(self) -> bool:
@@ -158,6 +122,23 @@ class TrainContext:
         clean = clean_metrics(metrics, self.rank)
         self._buffer.put(Report(self.rank, clean, examples, time.time()))
         self._buffer.liveness.progressed()
+        if "step" in clean:
+            self._say_if_no_state()
+
+    def _say_if_no_state(self) -> None:
+        """At the loop's first step: a loop that named no state (no ``restore``) is
+        checkpointed by nothing, and a lost worker restarts it from its first step."""
+        if self.state_said or self._checkpointer is None:
+            return
+        self.state_said = True
+        if self.is_chief and not self.is_tracking():
+            print(
+                "[raytf] this loop names no state to raytf's checkpoints: a lost worker "
+                "restarts it from its first step. Name it with ctx.restore(model=..., "
+                "optimizer=...) and call ctx.step_end(step) after each step to resume "
+                "where it was (the quick start's loop shows both)",
+                flush=True,
+            )
 
     def get_dataset_shard(self, name: str) -> Any:
         """This rank's shard of the trainer's dataset ``name`` (a ``raytf.DataShard``).
@@ -322,6 +303,7 @@ class TrainContext:
         """
         self._buffer.step = self._step = int(step)
         self._buffer.liveness.progressed()
+        self._say_if_no_state()
         if self._buffer.first_step_at is None:
             self._buffer.first_step_at = time.time()
         if self._checkpointer is not None:

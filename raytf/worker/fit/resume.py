@@ -130,7 +130,7 @@ def _build(model: Any, x: Any, strategy: Any) -> bool:
 def _say_untracked(worker: _Worker, model: Any, ctx: Any) -> None:
     if worker.untracked_said:
         return
-    worker.untracked_said = True
+    worker.untracked_said = ctx.state_said = True  # this line says it
     if ctx.is_tracking() and worker.model is None:
         return  # the loop named its own state: its checkpoints are its own
     why = "not built: start it with keras.Input" if not model.built else "another model"
