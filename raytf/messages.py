@@ -106,6 +106,10 @@ class CheckpointPart:
     # Its staging directory (raytf.checkpoint.layout.staged_dir), moved into the step at
     # the commit; None: written into the step's directory itself (before staging).
     staged: str | None = None
+    # An emergency part of a rank that keeps its own values of some variables (each
+    # worker's BatchNormalization statistics, raytf.checkpoint.rank_local): a dead rank's
+    # die with it, and no survivor's stand for them.
+    own_state: bool = False
 
 
 @dataclass(frozen=True)

@@ -315,6 +315,13 @@ class CheckpointCommits:
         step = steps.pop()
         if self.latest is not None and step <= self.latest.step:
             return None, f"step {step} is not newer than the committed step {self.latest.step}"
+        if dead and any(p.own_state for p in parts):
+            return None, (
+                f"rank(s) {sorted(dead)} kept their own values of variables each worker "
+                "updates on its own (BatchNormalization's statistics unless "
+                "synchronized=True); they died with them and another rank's would not be "
+                "exact: the restart redoes the steps since the latest commit"
+            )
         if not self.holds():
             return None, "another driver holds the run directory's lease"
         try:

@@ -22,6 +22,10 @@ from the latest committed checkpoint, as before):
 - a loop that never called ``restore`` (nothing is tracked);
 - Ray Data input: a shard has no position, so a run resumes at its epoch
   boundaries (docs/data_and_tune.md), never at the step a peer died.
+- variables each rank keeps its own values of (``raytf.checkpoint.rank_local``:
+  BatchNormalization's statistics unless ``synchronized=True``): the dead rank's
+  are gone with it, and another rank's would make the resume inexact, so the
+  restart reads the latest full commit (steps redone, exact).
 The dead rank's Python and NumPy RNG state is not in it (its process is gone):
 its new process starts from the chief's extra state and a fresh RNG, as a rank
 new since a resize does.
@@ -38,7 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from raytf.checkpoint import snapshot
+from raytf.checkpoint import rank_local, snapshot
 from raytf.checkpoint.copy_cadence import Cadence
 from raytf.checkpoint.host_copy import is_tf_file
 from raytf.checkpoint.layout import TF_PREFIX, stage_name, staged_dir, step_dirname
@@ -150,6 +154,7 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
     if keeper.layout_changed():
         return "the state gained or lost variables since its per-step copy was set up"
     state = checkpointer._state_bytes(raw)
+    own = rank_local.KEY in checkpointer._extra
     checkpointer.flush()  # an interval save still being stored goes first
     digest = _digest(snap)
     stored = checkpointer.stored
@@ -159,8 +164,9 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
             # the death prevented): offer it, rather than write and upload it again.
             took = time.monotonic() - t0
             return replace(
-                stored, reason="emergency", seconds=0.0, persist_seconds=took, digest=digest
-            )
+                stored, reason="emergency", seconds=0.0, persist_seconds=took, digest=digest,
+                own_state=own,
+            )  # fmt: skip
     dirname = step_dirname(step)
     storage = checkpointer.storage
     staged = stage_name(checkpointer.rank)  # staged as every save is: the commit moves it
@@ -189,7 +195,9 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
             shutil.rmtree(staging, ignore_errors=True)
     took = time.monotonic() - t0
     rank = checkpointer.rank
-    return CheckpointPart(rank, step, files, 0.0, "emergency", took, digest, copy_id, staged=staged)
+    return CheckpointPart(
+        rank, step, files, 0.0, "emergency", took, digest, copy_id, staged=staged, own_state=own
+    )
 
 
 def state_file_for(rank: int, names: list[str]) -> str:

@@ -29,7 +29,11 @@ LIMIT_BYTES = 16 << 20
 
 
 def unreduced(trackables: dict) -> list:
-    """The tracked Keras models' non-trainable weights that no reduction keeps equal."""
+    """The tracked Keras models' non-trainable weights that no reduction keeps equal.
+
+    ``BatchNormalization(synchronized=True)``'s statistics are ``aggregation="none"``
+    too, but each step updates them from all-reduced batch moments: equal on every
+    rank, bit for bit, so the chief's values stand for every rank's."""
     import keras
 
     seen: set[int] = set()
@@ -37,6 +41,13 @@ def unreduced(trackables: dict) -> list:
     for obj in trackables.values():
         if not isinstance(obj, keras.layers.Layer):
             continue
+        layers = obj._flatten_layers()  # the model and every layer inside it
+        seen |= {
+            id(w)
+            for layer in layers
+            if getattr(layer, "synchronized", False) is True
+            for w in layer.non_trainable_weights
+        }
         for w in obj.non_trainable_weights:
             if getattr(w, "aggregation", None) == "none" and id(w) not in seen:
                 seen.add(id(w))

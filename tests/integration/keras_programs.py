@@ -200,6 +200,30 @@ def three_fits(keras, tf, pause):
     return model, history
 
 
+def batch_norm(keras, tf, pause):
+    """Keras's default BatchNormalization (synchronized=False: each rank keeps statistics
+    of its own batches) before Dropout, with validation data each rank evaluates with
+    its own statistics."""
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = keras.Sequential(
+        [
+            keras.Input((NUM_FEATURES,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.1),
+            keras.layers.Dense(NUM_CLASSES),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    val = tf.data.Dataset.from_tensor_slices((x[:64], y[:64])).batch(BATCH)
+    history = model.fit(ds, epochs=EPOCHS, validation_data=val, callbacks=[pause], verbose=0)
+    return model, history
+
+
 PROGRAMS = {
     f.__name__: f
     for f in (
@@ -212,6 +236,7 @@ PROGRAMS = {
         ema_two_fits,
         early_stop,
         three_fits,
+        batch_norm,
     )
 }
 

@@ -206,3 +206,18 @@ def test_parts_of_a_committed_step_are_refused_with_a_line_naming_it(storage):
         "checkpoint parts of step 15 not committed: the newer step 20 is committed already",
     ]
     assert coord.restore_point().step == 20
+
+
+def test_an_emergency_checkpoint_that_lost_a_ranks_own_statistics_is_not_committed(storage):
+    """Rank 2 of 3 died holding its own BatchNormalization statistics (unsynchronized):
+    committed without them, its new process would resume with rank 0's, not exact. The
+    restart reads step 20 instead and redoes the steps after it."""
+    coord = CheckpointCommits(storage, CheckpointConfig(), world_size=3)
+    coord.on_parts(write_parts(storage, 20, world=3), attempt=1)
+    survivors = {
+        rank: dataclasses.replace(part, own_state=True)
+        for rank, part in _emergency(write_parts(storage, 27, world=2), ["a", "a"]).items()
+    }
+    ckpt, why = coord.commit_emergency(survivors, {2}, attempt=1)
+    assert ckpt is None and "rank(s) [2] kept their own values" in why
+    assert latest_intact(storage).step == 20 and coord.kept == [20]

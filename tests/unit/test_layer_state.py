@@ -88,3 +88,24 @@ def test_trainable_weights_are_not_kept_per_rank():
     model = bn_model(0.5)
     kept = unreduced({"model": model, "step": tf.Variable(1)})
     assert [v.path for v in kept] == [v.path for v in model.layers[0].non_trainable_weights]
+
+
+def test_synchronized_statistics_are_the_same_on_every_rank_and_not_kept_per_rank():
+    """``BatchNormalization(synchronized=True)`` updates its statistics from all-reduced
+    batch moments: the chief's stand for every rank's, and an emergency checkpoint that
+    lost a rank loses nothing of its own."""
+    import keras
+
+    from raytf.checkpoint.rank_local import unreduced
+
+    model = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.BatchNormalization(synchronized=True),
+            keras.layers.Dense(4),
+            keras.layers.BatchNormalization(),
+        ]
+    )
+    kept = unreduced({"model": model})
+    assert [v.path for v in kept] == [v.path for v in model.layers[2].non_trainable_weights]
+    assert all(v.aggregation == "none" for v in model.layers[0].non_trainable_weights)
