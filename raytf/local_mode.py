@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from typing import Any
 
 from raytf.checkpoint.commits import CheckpointCommits
-from raytf.checkpoint.layout import CKPT_DIR
 from raytf.driver.callbacks import DriverCallbacks
 from raytf.driver.outcome import RunRecord, build_result
 from raytf.driver.run_dir_hold import hold_run_dir
@@ -44,20 +44,29 @@ def one_device_strategy(use_gpu: bool) -> Any:
     return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
 
 
-def run_locally(fn: Any, config: dict, scaling: Any, run_config: Any, datasets: dict) -> Result:
-    """Run ``fn`` once in this process; the Result of a one-worker run, or the loop's error."""
-    if datasets:
-        raise ConfigError(
-            "ScalingConfig(num_workers=0) runs in this process without Ray: Ray Data "
-            "datasets need workers; read the data in the loop, or use num_workers=1"
-        )
-    check_storage(run_config.storage_path, run_config.run_dir)
-    settings = Settings.from_env()
-    writer = hold_run_dir(run_config, settings, print)
-    try:
-        return _run_here(fn, config, scaling, run_config, writer)
-    finally:
-        writer.close(settings.final_state_write_s)  # the last state, then the lease
+class LocalRun:
+    """A local run that holds its run directory (the lease, as a cluster run's driver
+    does at its start: ``start_fresh`` has set the earlier files aside) until ``run``
+    ends it. ``writer``: the run directory's ``StateWriter``, as a controller's."""
+
+    def __init__(self, fn: Any, config: dict, scaling: Any, run_config: Any, datasets: dict):
+        if datasets:
+            raise ConfigError(
+                "ScalingConfig(num_workers=0) runs in this process without Ray: Ray Data "
+                "datasets need workers; read the data in the loop, or use num_workers=1"
+            )
+        check_storage(run_config.storage_path, run_config.run_dir)
+        self.fn, self.config, self.scaling, self.run_config = fn, config, scaling, run_config
+        self.settings = Settings.from_env()
+        self.writer = hold_run_dir(run_config, self.settings, print)
+
+    def run(self) -> Result:
+        """Run the loop once in this process; the Result of a one-worker run, or the
+        loop's error."""
+        try:
+            return _run_here(self.fn, self.config, self.scaling, self.run_config, self.writer)
+        finally:
+            self.writer.close(self.settings.final_state_write_s)  # the last state, the lease
 
 
 def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> Result:
@@ -88,10 +97,21 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
         take_reports()  # a checkpoint's score is the metric reported up to its step
         ckpts.on_parts([part], attempt=status.attempt)
 
-    # The driver's commit bookkeeping: pruning, best checkpoints by score, callbacks.
-    ckpts = CheckpointCommits(storage, run_config.checkpoint_config, 1, on_commit)
-    ckpt = run_config.checkpoint_config
-    latest = ckpts.restore_point()
+    # The driver's commit bookkeeping (pruning, best checkpoints by score, callbacks),
+    # under the run directory's lease and its generation, as a cluster run's.
+    ckpts = CheckpointCommits(
+        storage,
+        run_config.checkpoint_config,
+        1,
+        on_commit,
+        say=print,  # on screen, as a cluster run's driver says it
+        holds=writer.holds_lease,
+        holder=writer.stamp,
+    )
+    ckpts.new_attempt(1)
+    ckpts.restore_point()
+    # The cluster's plan, but saves on the loop's thread: a debugger stops threads too.
+    plan = replace(ckpts.plan(), async_save=False)
     host.open(
         strategy=one_device_strategy(scaling.use_gpu),
         rank=0,
@@ -100,12 +120,8 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
         node_ip=socket.gethostbyname(socket.gethostname()),
         config=config,
         run_dir=run_dir,
-        saved_model=ckpt.export_saved_model,
+        plan=plan,
         on_part=on_part,
-        ckpt_dir=CKPT_DIR,
-        every_steps=ckpt.checkpoint_every_steps,
-        restore_url=latest.path if latest else None,
-        async_save=False,  # a debugger stops threads too: keep saves on the loop's thread
     )  # no host copy is given: no other process will restore from this one's memory
     status.world_size = 1
     status.record(

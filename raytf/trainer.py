@@ -7,7 +7,7 @@ from typing import Any
 
 from raytf.config import RunConfig, ScalingConfig
 from raytf.data.feed import check_datasets
-from raytf.driver.launch import RunSpec, make_controller
+from raytf.driver.launch import RunSpec, runner_for
 from raytf.errors import ConfigError
 from raytf.group.elastic import check_batch_splits
 from raytf.result import Result
@@ -105,12 +105,7 @@ class Trainer:
                 ``StorageUnavailableError``, ``LeaseLostError``, ``DataShardError``,
                 ``DependencyError``; its ``result`` holds the partial ``Result``.
         """
-        if self.scaling_config.is_local:
-            from raytf.local_mode import run_locally
-
-            spec = self.run_spec()
-            return run_locally(spec.fn, spec.config, spec.scaling, spec.run_config, spec.datasets)
-        return make_controller(self.run_spec()).run()
+        return runner_for(self.run_spec()).run()
 
     def as_trainable(self):
         """A Ray Tune trainable: one trial, one run of this trainer with the trial's config

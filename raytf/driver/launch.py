@@ -74,6 +74,17 @@ def run_env(run_config: RunConfig) -> dict[str, str]:
     return env
 
 
+def runner_for(spec: RunSpec) -> Any:
+    """What runs ``spec``, holding its run directory's lease from now on: a ``Controller``
+    on the cluster, or a ``LocalRun`` in this process (``num_workers=0``). Both have
+    ``writer`` (the run directory's ``StateWriter``) and ``run()``."""
+    if spec.scaling.is_local:
+        from raytf.local_mode import LocalRun
+
+        return LocalRun(spec.fn, spec.config, spec.scaling, spec.run_config, spec.datasets)
+    return make_controller(spec)
+
+
 def make_controller(
     spec: RunSpec,
     *,

@@ -41,7 +41,7 @@ from typing import Any
 import keras
 
 from raytf.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from raytf.driver.launch import make_controller
+from raytf.driver.launch import runner_for
 from raytf.errors import ConfigError
 from raytf.integrations.ray_checkpoint import Checkpoint, TensorflowCheckpoint
 from raytf.integrations.ray_data_iterator import RayDataIterator
@@ -372,20 +372,18 @@ class TensorflowTrainer(Trainer):
     def fit(self) -> Result:
         """``raytf.Trainer.fit``; ``Result.checkpoint`` is the latest reported ``Checkpoint``."""
         seed = self.resume_from_checkpoint
-        if seed is None or self.scaling_config.is_local:
-            if seed is not None:
-                _seed(self.run_config.run_dir, seed)
+        if seed is None:
             result = super().fit()
         else:
-            # Seeded once the driver holds the run directory: with start_fresh the earlier
-            # run's files are set aside then, and the seed must not go with them.
-            controller = make_controller(self.run_spec())
+            # Seeded once the run directory is held (on a cluster and in local mode): with
+            # start_fresh the earlier run's files are set aside then, the seed must stay.
+            runner = runner_for(self.run_spec())
             try:
                 _seed(self.run_config.run_dir, seed)
             except BaseException:
-                controller.writer.close(5.0)
+                runner.writer.close(5.0)
                 raise
-            result = controller.run()
+            result = runner.run()
         return replace(result, checkpoint=latest_checkpoint(result.path))  # type: ignore[arg-type]
 
 

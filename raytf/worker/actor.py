@@ -279,7 +279,6 @@ class RaytfWorker:
         """
         if self._strategy is None:
             raise RuntimeError("start() before setup(): the strategy does not exist yet")
-        snapshots = self._compat.ok(compat.SNAPSHOT)
         self._host.open(
             strategy=self._strategy,
             rank=self.rank,
@@ -288,19 +287,10 @@ class RaytfWorker:
             node_ip=ray.util.get_node_ip_address(),
             config=config,
             run_dir=run_dir,
-            saved_model=bool(ckpt.saved_model),
+            plan=ckpt,
             shards=shards,
-            ckpt_dir=ckpt.dir,
-            every_steps=ckpt.every_steps,
-            restore_url=ckpt.restore_url,
-            async_save=ckpt.async_save and snapshots,
-            keep_last_step=ckpt.keep_last_step and snapshots,
-            last_step_every=ckpt.last_step_every,
-            cadence_inputs=(ckpt.copy_cost, ckpt.failure_interval_s),
+            snapshots=self._compat.ok(compat.SNAPSHOT),
             host_copy=node_copy(run_dir, Settings.from_env(), sweep=local_rank == 0),
-            node_leader=local_rank == 0,
-            refuse_nonfinite=ckpt.refuse_nonfinite,
-            attempt=ckpt.attempt,
         )
         self._checkpointer = self._host.checkpointer
         self._start_watchers(self._checkpointer)

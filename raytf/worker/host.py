@@ -17,11 +17,30 @@ from typing import Any
 
 from raytf.checkpoint import model_out
 from raytf.checkpoint.checkpointer import WorkerCheckpointer
-from raytf.messages import CheckpointPart
+from raytf.checkpoint.host_copy import HostCopy
+from raytf.messages import CheckpointPart, CheckpointPlan
 from raytf.rundir.storage import Storage
 from raytf.worker.context import TrainContext, _ReportBuffer, _set_context
 from raytf.worker.user_fn import call_user
 from raytf.worker.workdir import own_workdir
+
+
+def checkpointer_for(plan: CheckpointPlan, *, snapshots: bool = True, **rank) -> WorkerCheckpointer:
+    """A rank's checkpointer from the driver's plan: the one place a plan's fields become
+    the checkpointer's settings, for a worker and local mode alike (built by hand in
+    each, local mode once dropped ``refuse_nonfinite``). ``rank``: what only the rank
+    knows (its storage, rank, strategy, parts' sink, node copy)."""
+    return WorkerCheckpointer(
+        ckpt_dir=plan.dir,
+        every_steps=plan.every_steps,
+        restore_url=plan.restore_url,
+        async_save=plan.async_save and snapshots,
+        keep_last_step=plan.keep_last_step and snapshots,
+        last_step_every=plan.last_step_every,
+        cadence_inputs=(plan.copy_cost, plan.failure_interval_s),
+        refuse_nonfinite=plan.refuse_nonfinite,
+        **rank,
+    )
 
 
 class RankHost:
@@ -43,24 +62,29 @@ class RankHost:
         node_ip: str,
         config: dict,
         run_dir: str,
-        saved_model: bool,
+        plan: CheckpointPlan,
         shards: dict | None = None,
         on_part: Callable[[CheckpointPart], None] | None = None,
-        attempt: int = 1,
-        **checkpointer: Any,
+        snapshots: bool = True,
+        host_copy: HostCopy | None = None,
     ) -> TrainContext:
-        """Make the rank's checkpointer (``checkpointer``: ``WorkerCheckpointer``'s
-        other arguments; its parts go to ``on_part``, by default to the buffer the
-        driver polls) and its context, the one the loop's ``get_context()`` returns."""
-        self.saved_model = saved_model
-        self.checkpointer = WorkerCheckpointer(
+        """Make the rank's checkpointer from the driver's ``plan`` (its parts go to
+        ``on_part``, by default to the buffer the driver polls) and its context, the
+        one the loop's ``get_context()`` returns. ``snapshots``: TF's private snapshot
+        API probed fine (async saves and the emergency copy need it); ``host_copy``:
+        this node's copies in memory (object storage)."""
+        self.saved_model = plan.saved_model
+        self.checkpointer = checkpointer_for(
+            plan,
             storage=Storage(run_dir),
             rank=rank,
             world_size=world_size,
             strategy=strategy,
             on_part=on_part or self.buffer.put,
             phase=self.buffer.liveness.phase,
-            **checkpointer,
+            snapshots=snapshots,
+            host_copy=host_copy,
+            node_leader=local_rank == 0,
         )
         self.context = TrainContext(
             strategy=strategy,
@@ -73,7 +97,7 @@ class RankHost:
             buffer=self.buffer,
             checkpointer=self.checkpointer,
             shards=shards,
-            attempt=attempt,
+            attempt=plan.attempt,
         )
         _set_context(self.context)
         return self.context
