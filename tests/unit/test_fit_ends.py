@@ -190,22 +190,28 @@ def test_the_third_fit_call_resumes_after_two_replayed_calls_and_their_reshuffle
     assert same(reference, restarted)
 
 
-def test_a_call_that_ended_with_best_weights_restored_says_the_checkpoint_lacks_them(capfd):
-    def program(ctx):
-        keras.utils.set_random_seed(SEED)
-        x, y = data()
-        model = model_of()
-        stop = keras.callbacks.EarlyStopping(
-            monitor="loss", patience=0, min_delta=10.0, restore_best_weights=True
-        )
-        return model, fit(ctx, model, batches(x, y), epochs=6, callbacks=[stop], verbose=0)
+def best_weights(ctx: Context):
+    """EarlyStopping(restore_best_weights=True) stops after epoch 2 and puts epoch 1's
+    weights back in ``on_train_end``, after the last epoch's end."""
+    keras.utils.set_random_seed(SEED)
+    x, y = data()
+    model = model_of()
+    stop = keras.callbacks.EarlyStopping(
+        monitor="loss", patience=0, min_delta=10.0, restore_best_weights=True
+    )
+    history = fit(ctx, model, batches(x, y), epochs=6, callbacks=[stop], verbose=0)
+    return model, history, np.random.standard_normal(3)
 
-    first = Context(save_at=2 * STEPS)
-    program(first)
-    capfd.readouterr()
-    program(Context(checkpoint=copy.deepcopy(first.taken)))
-    out = capfd.readouterr().out
-    assert "restore_best_weights=True" in out and "(not exact)" in out
+
+def test_the_last_save_of_a_call_that_restores_its_best_weights_waits_for_them(capfd):
+    """A save at the stopping epoch's end (step 8) would hold epoch 2's weights, and the
+    restarted call would return with them instead of epoch 1's: that step is not
+    resumable, and the save is taken when ``fit`` returns, the best weights back."""
+    reference, restarted, taken = run(best_weights, 2 * STEPS)
+    place = taken["states"][fit_resume.STATE_NAME]
+    assert taken["step"] == 2 * STEPS and place["returned"] is True
+    assert same(reference, restarted)
+    assert "not exact" not in capfd.readouterr().out
 
 
 def test_only_the_newest_ends_are_kept_and_a_replay_past_them_says_so(capfd):

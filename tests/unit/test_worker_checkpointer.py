@@ -492,3 +492,39 @@ def test_a_synchronous_save_of_a_committed_step_still_joins_the_ranks_write(stor
     ck.save_now(5, "session")
     assert len(writes) == 1 and not writes[0].startswith(storage.path(CKPT_DIR))
     assert [p.step for p in parts] == [5] and staged_steps(storage) == []
+
+
+def test_a_custom_layers_own_tf_random_generator_draws_on_after_a_restore(storage, parts):
+    """A layer that draws noise from its own ``tf.random.Generator`` (not Keras's seed
+    generators): TF's checkpoint tracks the generator's state through the layer, so the
+    restored model's next draw is the one the uninterrupted model makes."""
+
+    class Noisy(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.gen = tf.random.Generator.from_seed(1)
+
+        def call(self, x, training=False):
+            return x + self.gen.normal(tf.shape(x)) if training else x
+
+    def noisy_model():
+        model = keras.Sequential([keras.Input((4,)), Noisy(), keras.layers.Dense(2)])
+        optimizer = keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer
+
+    ones = np.ones((2, 4), "float32")
+    model, optimizer = noisy_model()
+    ck = checkpointer(storage, parts, every_steps=5)
+    ck.track({"model": model, "optimizer": optimizer})
+    for step in range(1, 6):
+        model(ones, training=True)
+        ck.step_end(step)
+    ckpt = commit(storage, parts, world_size=1, attempt=1)
+    again, again_opt = noisy_model()  # a fresh process's model: its generator at the seed
+    state = again.layers[0].gen.state
+    assert not np.array_equal(state.numpy(), model.layers[0].gen.state.numpy())
+    restored = checkpointer(storage, [], restore_url=ckpt.path)
+    assert restored.track({"model": again, "optimizer": again_opt}) == 5
+    want = model(ones, training=True).numpy()
+    assert np.array_equal(again(ones, training=True).numpy(), want)

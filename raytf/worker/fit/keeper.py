@@ -87,6 +87,7 @@ class Keeper(keras.callbacks.Callback):
         self.seconds = float((saved or {}).get("seconds", 0.0))
         self._since: float | None = None
         self._saved_callbacks = (saved or {}).get("callbacks")
+        self._deferred = False  # the call's last step was not resumable (on_epoch_end)
         # The run's global step, counted here batch by batch from where the run stands
         # (``ctx.last_step``): never ``optimizer.iterations``, which a recompile resets,
         # a loss-scale optimizer skips and gradient accumulation divides.
@@ -168,10 +169,14 @@ class Keeper(keras.callbacks.Callback):
         self.epoch, self.batch, self._pending = epoch + 1, 0, False
         # Keras reads ``stop_training`` after ``on_epoch_end`` (this callback is last).
         self.stopped = self.stopped or bool(getattr(self.model, "stop_training", False))
-        if self.stopped or self.epoch >= self.epochs:  # the call's last step
+        ending = self.stopped or self.epoch >= self.epochs  # the call's last step
+        if ending:
             self.rng_after = rng_state()
+        # A callback that sets the weights at the call's end (EarlyStopping's best ones):
+        # no checkpoint of this step holds them yet, so a save waits for fit's return.
+        self._deferred = ending and callback_state.sets_weights_at_end(self.user_callbacks)
         # After the report: a checkpoint at an epoch's end never lacks that epoch's logs.
-        self.ctx.step_end(self.step, resumable=True)
+        self.ctx.step_end(self.step, resumable=not self._deferred)
 
     def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.ctx.heartbeat()  # fit's validation is work, not a hang
@@ -185,3 +190,6 @@ class Keeper(keras.callbacks.Callback):
         self.epoch, self.batch, self._pending = max(self.epoch, self.epochs), 0, False
         self.rng_after = rng_state()
         self.returned = True
+        if self._deferred:  # the save owed since the last epoch's end, its weights final
+            self._deferred = False
+            self.ctx.step_end(self.step, resumable=True)
