@@ -96,8 +96,9 @@ class Settings:
     lease_heartbeat_s: float = _env("RAYTF_LEASE_HEARTBEAT_S", float, 5.0)
     """One driver per run directory (``raytf.rundir.lease``): the lease's heartbeat."""
     lease_stale_s: float = _env("RAYTF_LEASE_STALE_S", float, 30.0)
-    """The age at which another driver takes a lease over (at once when the holder's
-    process, on this host, is gone)."""
+    """How long a lease's heartbeat must stay unchanged, watched on the new driver's own
+    clock, before that driver takes it over (at once when the holder's process, on this
+    host, is gone)."""
     progress_sample_s: float = _env("RAYTF_PROGRESS_SAMPLE_S", float, 1.0)
     """How often each worker reads its optimizers' step counters, the progress the
     driver's hang detection sees without any raytf call in the loop

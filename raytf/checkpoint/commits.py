@@ -24,13 +24,10 @@ from raytf.checkpoint.layout import (
     clear_staging,
     commit,
     committed,
-    mark_bad,
-    marked_bad,
     newest_intact,
-    prune,
-    ranked,
     step_dirname,
 )
+from raytf.checkpoint.retention import mark_bad, marked_bad, prune, ranked
 from raytf.checkpoint.staging import StagedPartGone, remove_quietly
 from raytf.config import CheckpointConfig
 from raytf.messages import CheckpointPart, CheckpointPlan

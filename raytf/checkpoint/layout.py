@@ -5,10 +5,11 @@ never write into it: each stages its part (the chief the real TF files, every
 rank its own small RNG-state file) in a directory of its own,
 ``checkpoints/.staging/step_<N>/rank<R>-<id>/``; the driver *commits* the step
 once every rank has reported its part, by moving the staged files into
-``step_<N>/`` (``raytf.checkpoint.staging``) and writing ``manifest.json``
-last, atomically. So a writer that passed the "is it committed?" check just
-before a commit landed, or a late part of an older attempt, cannot change a
-committed directory, and no half-written file is ever inside one. The
+``step_<N>/`` (``raytf.checkpoint.staging``) and creating ``manifest.json``
+last, whole and only if absent (``Storage.create_exclusive``). So a writer
+that passed the "is it committed?" check just before a commit landed, or a
+late part of an older attempt, cannot change a committed directory, and no
+half-written file is ever inside one. The
 manifest lists each file with its size, so a checkpoint truncated or partly
 deleted later is recognised and skipped. Only committed, intact checkpoints
 are ever restored or counted by ``num_to_keep``.
@@ -17,7 +18,6 @@ are ever restored or counted by ``num_to_keep``.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 import uuid
@@ -67,7 +67,7 @@ def staged_dir(step: int, name: str) -> tuple[str, ...]:
 def staged_steps(storage: Storage) -> list[int]:
     """Steps with staged parts (uncommitted, or left over by a commit that could not
     clean up): what ``prune`` and ``clear_staging`` remove."""
-    return _steps_in(storage.listdir(CKPT_DIR, STAGING))
+    return steps_in(storage.listdir(CKPT_DIR, STAGING))
 
 
 class StepCommitted(Exception):
@@ -81,12 +81,12 @@ class CommittedCheckpoint:
     manifest: dict
 
 
-def _steps_in(names: list[str]) -> list[int]:
+def steps_in(names: list[str]) -> list[int]:
     return sorted(s for s in map(parse_step_dirname, names) if s is not None)
 
 
 def list_step_dirs(storage: Storage) -> list[int]:
-    return _steps_in(storage.listdir(CKPT_DIR))
+    return steps_in(storage.listdir(CKPT_DIR))
 
 
 def safe_name(name: object) -> bool:
@@ -197,9 +197,6 @@ def commit(
         raise ValueError(f"cannot commit: parts {[(p.rank, p.step) for p in parts]}")
     step = steps.pop()
     d = step_dirname(step)
-    if is_committed(storage, step):
-        raise StepCommitted(f"checkpoint parts of step {step} not committed: {COMMITTED_ALREADY}")
-    _place(storage, step, parts)
     files: dict[str, int] = {}
     for part in parts:
         files.update(part.files)
@@ -214,15 +211,32 @@ def commit(
         "persist_seconds": max(p.persist_seconds for p in parts),
         "missing_ranks": list(missing),
         "host_copies": sorted(p.copy_id for p in parts if p.copy_id),
+        # Each part's own staging name, unique per write: what tells this commit's
+        # manifest from another's of the same step (``_own``).
+        "staged_as": sorted(p.staged for p in parts if p.staged),
     }
     if holder:
         manifest["holder"] = holder
     structure = next((p.structure for p in parts if p.structure), None)
     if structure:  # what a restore compares its model with (raytf.checkpoint.structure)
         manifest["structure"] = structure
-    storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
+    if is_committed(storage, step):  # nothing moves into a committed directory
+        return CommittedCheckpoint(step, storage.url(CKPT_DIR, d), _own(storage, step, manifest))
+    _place(storage, step, parts)
+    if not storage.create_json_exclusive(manifest, CKPT_DIR, d, MANIFEST):
+        manifest = _own(storage, step, manifest)  # created by an earlier try of this commit?
     staging.remove_quietly(storage, (CKPT_DIR, STAGING, d))  # emptied, or others' leftovers
     return CommittedCheckpoint(step, storage.url(CKPT_DIR, d), manifest)
+
+
+def _own(storage: Storage, step: int, mine: dict) -> dict:
+    """The manifest of a step committed already: the one an earlier try of this commit
+    wrote (its answer lost: a timeout after the write), or ``StepCommitted``."""
+    there = storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST)
+    same = ("staged_as", "files", "attempt", "holder", "world_size", "missing_ranks")
+    if all(there.get(k) == mine.get(k) for k in same):
+        return there
+    raise StepCommitted(f"checkpoint parts of step {step} not committed: {COMMITTED_ALREADY}")
 
 
 def _place(storage: Storage, step: int, parts: list[CheckpointPart]) -> None:
@@ -244,148 +258,7 @@ def _place(storage: Storage, step: int, parts: list[CheckpointPart]) -> None:
     staging.move_in(storage, moves, (CKPT_DIR, d), gather)
 
 
-def mark_bad(storage: Storage, step: int, why: str) -> None:
-    """A committed checkpoint that failed to restore is never tried again."""
-    d = step_dirname(step)
-    manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
-    manifest["bad"] = why
-    storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
-
-
-def ranked(steps: list[int], scores: dict[int, float | None], order: str) -> list[int]:
-    """``steps`` best first by score (``order`` "max" or "min"); those without a finite
-    score last, newest first among equals."""
-    sign = -1.0 if order == "max" else 1.0
-
-    def key(step: int) -> tuple:
-        score = scores.get(step)
-        unranked = score is None or not math.isfinite(score)  # NaN would break the order
-        return (unranked, 0.0 if unranked else sign * score, -step)
-
-    return sorted(steps, key=key)
-
-
-def to_drop(
-    done: list[int],
-    num_to_keep: int | None,
-    scores: dict[int, float | None] | None,
-    order: str,
-    last: int | None = None,
-) -> list[int]:
-    """The committed steps beyond ``num_to_keep``: the oldest, or with ``scores`` the worst
-    of those already scored (a checkpoint whose score is not known yet stays). The newest,
-    and ``last`` (the one just committed, older than the newest after a fall back),
-    always stay: a restart resumes from it."""
-    if num_to_keep is None or len(done) <= num_to_keep:
-        return []
-    if scores is None:
-        drop = done[: len(done) - num_to_keep]
-    else:
-        scored = [s for s in done if s in scores]
-        keep = set(ranked(scored, scores, order)[:num_to_keep]) | {done[-1]}
-        drop = [s for s in scored if s not in keep]
-    return [s for s in drop if s != last]
-
-
-def prune(
-    storage: Storage,
-    num_to_keep: int | None,
-    scores: dict[int, float | None] | None = None,
-    order: str = "max",
-    bad: set[int] = frozenset(),
-    done: list[int] | None = None,
-    generation: int | None = None,
-    last: int | None = None,
-) -> list[int]:
-    """Delete committed checkpoints beyond ``num_to_keep`` and abandoned partial ones;
-    never ``last``, the step just committed (``to_drop``).
-
-    ``done``: the committed steps, as the caller (the driver) knows them; without it
-    each one's manifest is looked up, one storage call per checkpoint. With it a prune
-    costs one listing and a delete per checkpoint dropped, however many are kept.
-
-    Only intact checkpoints count: ``bad`` ones (marked after a failed restore)
-    never take a place, so a fallback cannot make retention delete the fresh
-    commits that followed it; a bad one goes once it is older than every kept one.
-    A directory without a manifest older than the newest commit is the remains
-    of a save interrupted by a failure; one newer may still be being written. A
-    directory missing from ``done`` is looked at first: with a manifest it is a commit
-    the caller did not see (a listing that lagged), never removed here.
-    Staged parts of a step at or before the newest commit are never committed
-    (a step older than the latest is not, nor is one committed already): removed.
-
-    ``generation``: the pruning driver's lease generation. A commit whose manifest
-    names a later one is another driver's, which took the run over while this one
-    stalled: it is never removed here.
-    """
-    done = committed(storage) if done is None else sorted(set(done))
-    good = [s for s in done if s not in bad]
-    drop = to_drop(good, num_to_keep, scores, order, last)
-    kept = [s for s in good if s not in drop]
-    drop += [s for s in done if s in bad and kept and s < kept[0]]
-    removed = []
-    for step in drop:
-        if generation is not None and _later_holder(storage, step, generation):
-            continue
-        storage.remove(CKPT_DIR, step_dirname(step))
-        removed.append(step)
-    newest = done[-1] if done else -1
-    names = storage.listdir(CKPT_DIR)
-    for step in _steps_in(names):
-        if step < newest and step not in done:
-            if storage.exists(CKPT_DIR, step_dirname(step), MANIFEST):
-                continue  # a commit the caller's list missed: not the remains of a save
-            storage.remove(CKPT_DIR, step_dirname(step))
-            removed.append(step)
-    if newest >= 0 and STAGING in names:
-        for step in staged_steps(storage):
-            if step <= newest:
-                storage.remove(CKPT_DIR, STAGING, step_dirname(step))
-    return sorted(removed)
-
-
 def clear_staging(storage: Storage) -> None:
     """Remove every staged part: at the start of a driver's second and later attempts,
     when no part of the attempts before can be committed (their pending ones dropped)."""
     storage.remove(CKPT_DIR, STAGING)
-
-
-def _generation(storage: Storage, step: int) -> int:
-    """The lease generation of the driver that committed ``step`` (0: none named)."""
-    manifest = storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST)
-    return int((manifest.get("holder") or {}).get("generation", 0))
-
-
-def _later_holder(storage: Storage, step: int, generation: int) -> bool:
-    """Did a driver of a later lease generation commit ``step``? A manifest that cannot
-    be read now counts as one (the directory stays: the next prune looks again); one
-    that is not there is not a commit."""
-    try:
-        return _generation(storage, step) > generation
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True
-
-
-def highest_generation(storage: Storage) -> int:
-    """The highest lease generation the run directory's commits carry."""
-    highest = 0
-    for step in committed(storage):
-        try:
-            highest = max(highest, _generation(storage, step))
-        except (OSError, ValueError):
-            continue
-    return highest
-
-
-def marked_bad(storage: Storage, steps: list[int]) -> set[int]:
-    """Which of these committed checkpoints a driver marked bad (read from their manifests)."""
-    out = set()
-    for step in steps:
-        try:
-            if storage.read_json(CKPT_DIR, step_dirname(step), MANIFEST).get("bad"):
-                out.add(step)
-        except (OSError, ValueError):
-            continue
-    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raytf.checkpoint.layout import highest_generation
+from raytf.checkpoint.retention import highest_generation
 from raytf.config import RunConfig
 from raytf.rundir.lease import Lease
 from raytf.rundir.set_aside import set_aside

@@ -4,18 +4,21 @@ Two drivers launched with one run name would commit into the same
 checkpoints directory and prune each other's checkpoints. The first holds
 ``RUN_DIR/driver.lease`` (its id, host, pid, start and heartbeat); a second
 is refused with the holder's identity and the heartbeat's age. A lease is
-stale, and taken over with a warning, when its heartbeat is older than
-``Settings.lease_stale_s`` or its holder's process is gone: a pid is looked
-up only where it names one process, on the holder's own boot and pid
-namespace (containers on one host may share a hostname, never their pids), so
-a killed driver relaunched at once need not wait.
+stale, and taken over with a warning, when its heartbeat has not changed for
+``Settings.lease_stale_s`` of the reader's own clock (two hosts' wall clocks are
+never compared: one running ahead would read a live lease as old), or at once
+when its holder's process is gone: a pid is looked up only where it names one
+process, on the holder's own boot and pid namespace (containers on one host may
+share a hostname, never their pids), so a killed driver relaunched at once need
+not wait. A heartbeat that looks fresh by the reader's clock is refused at once.
 
-Acquiring is atomic where the storage allows it: on a file system the first
-lease is created with ``O_EXCL``, so of two drivers starting together one
-wins. An object store has no compare-and-swap: each driver reads the lease
-back after writing it and the one that does not find its own id there stops,
-which narrows the race to the store's read-after-write window (S3 and GCS are
-strongly consistent).
+Acquiring is exclusive where the store allows it (``Storage.create_exclusive``:
+a hard link on a file system, a conditional PUT on S3): the first lease is
+created only if absent, and each holder takes the next generation by creating
+its marker in ``driver.lease.generations/`` only if absent, so of two drivers
+taking the lease at one moment one gets it, and no two holders share a
+generation (commits carry it). Each driver also reads the lease back after
+writing it.
 
 The lease is checked at every renewal, not only at the start: a driver whose
 heartbeat stalled (a storage outage it survives by design) past the stale
@@ -26,7 +29,6 @@ writing into the run directory at once (``raytf.rundir.state_writer``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -39,6 +41,8 @@ from raytf.rundir.storage import Storage
 logger = logging.getLogger("raytf")
 
 LEASE = "driver.lease"
+# One marker per generation of the lease, created exclusively (``_take_generation``).
+GENERATIONS = "driver.lease.generations"
 
 
 def _namespace() -> str:
@@ -95,22 +99,30 @@ class Lease:
         was taken over, if one was."""
         took_over = None
         held = self._read()
-        if held is None and self.storage.local:
-            if self._create():
-                return None
-            held = self._read(settle=True)  # another driver created it first
         if held and held.get("holder") != self.doc["holder"]:
-            self.doc["generation"] = max(int(held.get("generation", 0)), self.floor) + 1
             age = time.time() - float(held.get("heartbeat", 0))
-            if age < self.stale_s and _alive_here(held):
+            alive = _alive_here(held)
+            if alive and age < self.stale_s:
                 raise self._refusal(held, age)
+            if alive:  # stale by this host's clock, which may run ahead of the holder's
+                changed = self._watch(held)
+                if changed is not None:
+                    raise self._refusal(changed, None)
             took_over = (
                 f"took over the run directory's lease from the driver pid {held.get('pid')} "
                 f"on {held.get('host')} (heartbeat {age:.0f} s ago"
-                + ("" if _alive_here(held) else ", its process is gone")
+                + (f", unchanged for {self.stale_s:g} s here" if alive else "")
+                + ("" if alive else ", its process is gone")
                 + ")"
             )
-        self._write()
+        self.doc["generation"] = self._take_generation(held)
+        if held is None:  # the first lease: created only if absent (another may be now)
+            self.doc["heartbeat"] = time.time()
+            if not self.storage.create_json_exclusive(self.doc, LEASE):
+                now_held = self._read() or {}
+                raise self._refusal(now_held, time.time() - float(now_held.get("heartbeat", 0)))
+        else:
+            self._write()
         time.sleep(0.05)
         now_held = self.storage.read_json(LEASE)
         if now_held.get("holder") != self.doc["holder"]:
@@ -119,19 +131,67 @@ class Lease:
             logger.warning(took_over)
         return took_over
 
-    def _refusal(self, held: dict, age: float) -> RunDirInUseError:
+    def _watch(self, held: dict) -> dict | None:
+        """Watch the lease for ``stale_s`` of this host's own clock: the lease as its
+        holder renewed it (alive: its heartbeat changed), or None (stale). Two hosts'
+        wall clocks are never compared: a driver on a host 40 s ahead read a live
+        lease as 40 s old and took it over."""
+        deadline = time.monotonic() + self.stale_s
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, self.stale_s / 10))
+            now = self._read()
+            if now is None:
+                return None  # released meanwhile: free
+            if now.get("holder") != held.get("holder") or now.get("heartbeat") != held.get(
+                "heartbeat"
+            ):
+                return now
+        return None
+
+    def _take_generation(self, held: dict | None) -> int:
+        """The next generation of the lease, taken by creating its marker only if absent:
+        one more than the lease read (past every marker when there is none: a lease
+        released at a clean end is gone). Of two drivers taking the same lease at one
+        moment one creates the marker first and the other is refused, so no two holders
+        share a generation. A marker whose taker never wrote its lease (it died between
+        the two writes: the lease still names the holder read) is stepped over."""
+        if held is None:
+            taken = [int(n) for n in self.storage.listdir(GENERATIONS) if n.isdigit()]
+            generation = max([self.floor, *taken]) + 1
+        else:
+            generation = max(int(held.get("generation", 0)), self.floor) + 1
+        claim = {k: self.doc[k] for k in ("holder", "host", "pid", "started")}
+        while not self.storage.create_json_exclusive(claim, GENERATIONS, f"{generation:09d}"):
+            time.sleep(1.0)  # the other taker writes its lease right after its marker
+            now = self._read()
+            if held is None or now is None or now.get("holder") != held.get("holder"):
+                raise RunDirInUseError(
+                    f"run directory {self.storage.url()}: another driver took its lease "
+                    f"(generation {generation}) at the same moment as this one; two drivers "
+                    "of one run would prune each other's checkpoints. Use another "
+                    "RunConfig.name, or launch again once it has ended"
+                )
+            generation += 1
+        return generation
+
+    def _refusal(self, held: dict, age: float | None) -> RunDirInUseError:
+        when = (
+            f"heartbeat {age:.0f} s ago"
+            if age is not None
+            else f"its heartbeat changed within {self.stale_s:g} s of this host's clock"
+        )
         return RunDirInUseError(
             f"run directory {self.storage.url()} is in use by the driver pid {held.get('pid')} "
             f"on {held.get('host')} (started {time.ctime(float(held.get('started', 0)))}, "
-            f"heartbeat {age:.0f} s ago): two drivers of one run would prune each other's "
+            f"{when}): two drivers of one run would prune each other's "
             "checkpoints. Wait for it to end or stop it, or use another RunConfig.name; a "
-            f"lease whose heartbeat is older than {self.stale_s:g} s is taken over"
+            f"lease whose heartbeat does not change for {self.stale_s:g} s is taken over"
         )
 
-    def _read(self, settle: bool = False) -> dict | None:
-        """The lease as stored, None if there is none. ``settle``: one just created by
-        another driver may not be whole yet: read again until it parses."""
-        for _ in range(40 if settle else 1):
+    def _read(self) -> dict | None:
+        """The lease as stored, None if there is none; one being replaced may not parse
+        for a moment: read again."""
+        for _ in range(40):
             try:
                 return self.storage.read_json(LEASE)
             except FileNotFoundError:
@@ -139,19 +199,6 @@ class Lease:
             except ValueError:
                 time.sleep(0.05)
         return None
-
-    def _create(self) -> bool:
-        """A file system's first lease, created only if there is none (``O_EXCL``)."""
-        path = self.storage.path(LEASE)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.doc["heartbeat"] = time.time()
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.doc, f)
-        return True
 
     def _write(self) -> None:
         self.doc["heartbeat"] = time.time()

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import time
 
-from raytf.rundir.lease import LEASE
+from raytf.rundir.lease import GENERATIONS, LEASE
 from raytf.rundir.storage import Storage
 
 PREVIOUS_DIR = "previous"
 
 
 def set_aside(storage: Storage) -> str | None:
-    """Move everything in the run directory but earlier set-asides and the lease into
-    ``previous/<stamp>/``; where it went, or None when there was nothing."""
-    names = [n for n in storage.listdir() if n not in (PREVIOUS_DIR, LEASE)]
+    """Move everything in the run directory but earlier set-asides and the lease (and
+    its generations) into ``previous/<stamp>/``; where it went, or None when there was
+    nothing."""
+    names = [n for n in storage.listdir() if n not in (PREVIOUS_DIR, LEASE, GENERATIONS)]
     names = [n for n in names if not n.startswith(".raytf-probe-")]
     if not names:
         return None

@@ -146,8 +146,46 @@ class Storage:
             os.fsync(f.fileno())
         os.replace(tmp, target)
 
+    def create_exclusive(self, data: bytes, *parts: str) -> bool:
+        """Write ``data`` only where nothing is yet: True when this call created it, False
+        when something was there. What makes "never written twice" the store's rule and
+        not only raytf's: on a file system a whole temporary file hard-linked into place
+        (or ``O_EXCL`` where links are not supported), on S3 a conditional PUT
+        (``If-None-Match: *``, s3fs's ``mode="create"``). A store with no conditional write
+        gets fsspec's default (look, then write): a race stays possible there."""
+        target = self.path(*parts)
+        if not self.local:
+            try:
+                self.fs.pipe_file(target, data, mode="create")
+            except FileExistsError:
+                return False
+            return True
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        tmp = posixpath.join(posixpath.dirname(target), f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)  # whole or absent, and only if absent
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links (some FUSE mounts)
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        finally:
+            os.remove(tmp)
+        return True
+
     def write_json_atomic(self, doc: Any, *parts: str) -> None:
-        self.write_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode(), *parts)
+        self.write_atomic(_json_bytes(doc), *parts)
+
+    def create_json_exclusive(self, doc: Any, *parts: str) -> bool:
+        return self.create_exclusive(_json_bytes(doc), *parts)
 
     def remove(self, *parts: str) -> None:
         if not self.exists(*parts):
@@ -222,6 +260,10 @@ class Storage:
 
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(files) or 1)) as pool:
             list(pool.map(get, files))
+
+
+def _json_bytes(doc: Any) -> bytes:
+    return json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
 
 
 def cause(exc: BaseException) -> str:

@@ -54,14 +54,54 @@ def _data(n: int = STEPS * BATCH):
     return x.astype("float32"), y.astype("int64")
 
 
-def _pause(keras, seconds: float):
-    """A pause after each batch in the runs a test kills (none in the references), and
-    ``pause.after_fit()``: a longer one where a program goes on after its ``fit``."""
-    pause = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda *_, **__: time.sleep(seconds) if seconds else None
-    )
-    pause.after_fit = lambda: time.sleep(40 * seconds)
-    return pause
+KILL_POINTS = ("mid_epoch", "last_batch", "validation", "between_fits", "after_fit")
+
+
+def _pause(keras, seconds: float, kill_at=None, kill_call: int = 0, marker=None):
+    """The callback every program passes to its ``fit`` calls, and ``after_fit()``, called
+    after a program's last ``fit``. In the runs a test kills: a pause after each batch,
+    and at ``kill_at`` (one of ``KILL_POINTS``, in the second epoch of fit call
+    ``kill_call``) rank 1 of the first attempt writes ``marker`` and waits there for the
+    test's SIGKILL. The references change no number: the pause and the hold only wait."""
+
+    class Pause(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epoch, self.calls = -1, 0
+
+        def hold(self, point: str) -> None:
+            ctx = raytf.get_context()
+            if point != kill_at or ctx.rank != 1 or ctx.attempt != 1:
+                return
+            with open(marker, "w") as f:
+                f.write(point)
+            time.sleep(120)  # the test kills this process here
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if seconds:
+                time.sleep(seconds)
+            if self.calls == kill_call and self.epoch == 1:
+                if batch == 1:
+                    self.hold("mid_epoch")
+                if batch == self.params["steps"] - 1:
+                    self.hold("last_batch")
+
+        def on_test_batch_end(self, batch, logs=None):
+            if self.calls == kill_call and self.epoch == 1 and batch == 0:
+                self.hold("validation")
+
+        def on_train_end(self, logs=None):
+            self.calls += 1
+            if self.calls == kill_call + 1:
+                self.hold("between_fits")
+
+        def after_fit(self):
+            self.hold("after_fit")
+
+    return Pause()
 
 
 def arrays(keras, tf, pause):
@@ -167,7 +207,7 @@ def ema_two_fits(keras, tf, pause):
         x, y = _data()
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
         model = _model(keras, ema=True)
-        model.fit(ds, epochs=1, verbose=0)
+        model.fit(ds, epochs=1, callbacks=[pause], verbose=0)
         history = model.fit(ds, epochs=EPOCHS, callbacks=[pause], verbose=0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -176,20 +216,18 @@ def ema_two_fits(keras, tf, pause):
 
 def early_stop(keras, tf, pause):
     """EarlyStopping ends the call after its second epoch of six (the loss never improves
-    by 10), then the program goes on (an evaluate, a save, a second phase would): the
-    kill lands there, after the stop."""
+    by 10), then the program goes on (an evaluate, a save, a second phase would)."""
     x, y = _data()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
     model = _model(keras)
     stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)
     history = model.fit(ds, epochs=EPOCHS + 3, callbacks=[stop, pause], verbose=0)
-    pause.after_fit()
     return model, history
 
 
 def three_fits(keras, tf, pause):
     """Three fit calls of two epochs, the arrays reshuffled in place with NumPy's global
-    RNG before each; the kill lands in the third."""
+    RNG before each."""
     x, y = _data()
     model = _model(keras)
     for _ in range(3):
@@ -248,8 +286,12 @@ def train_loop(config: dict) -> dict:
     out = {}
     for name in config["programs"]:
         keras.utils.set_random_seed(SEED)
+        pause = _pause(
+            keras, config["step_sleep"], config["kill_at"], config["kill_call"], config["marker"]
+        )
         with raytf.get_context().strategy.scope():
-            model, history = PROGRAMS[name](keras, tf, _pause(keras, config["step_sleep"]))
+            model, history = PROGRAMS[name](keras, tf, pause)
+        pause.after_fit()
         out[name] = {
             "digest": weights_digest(model.get_weights()),
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
@@ -261,6 +303,9 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--program", required=True, choices=[*PROGRAMS, "all"])
     p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--kill-at", choices=KILL_POINTS, help="where rank 1 waits to be killed")
+    p.add_argument("--kill-call", type=int, default=0, help="in which fit call (0-based)")
+    p.add_argument("--marker", help="the file rank 1 writes when it waits there")
     p.add_argument("--checkpoint-every", type=int, default=4)
     p.add_argument("--storage", required=True)
     p.add_argument("--name", required=True)
@@ -268,7 +313,13 @@ def main(argv=None) -> dict:
     programs = list(PROGRAMS) if args.program == "all" else [args.program]
     result = raytf.Trainer(
         train_loop,
-        train_loop_config={"programs": programs, "step_sleep": args.step_sleep},
+        train_loop_config={
+            "programs": programs,
+            "step_sleep": args.step_sleep,
+            "kill_at": args.kill_at,
+            "kill_call": args.kill_call,
+            "marker": args.marker,
+        },
         scaling_config=raytf.ScalingConfig(num_workers=2),
         run_config=raytf.RunConfig(
             name=args.name,

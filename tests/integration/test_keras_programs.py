@@ -1,16 +1,26 @@
 """The matrix of Keras programs people write (``keras_programs.py``), each with rank 1
-SIGKILLed (mid-epoch, after a fit a callback stopped, in a third fit call) and held to
-its uninterrupted run: it ends bit-identical (every rank's
-weights and the ``History``), or it finishes its epochs and a line on the driver's screen
-names what made the resume inexact. A silent divergence fails.
+SIGKILLed at a point of the program and held to its uninterrupted run: it ends
+bit-identical (every rank's weights and the ``History``), or it finishes its epochs and
+a line on the driver's screen names what made the resume inexact. A silent divergence
+fails.
+
+Kill points (``keras_programs.KILL_POINTS``): early in an epoch, at an epoch's last
+batch, during fit's validation, between two ``fit`` calls, after the last ``fit``. Rank 1
+waits at the point (a marker file says it is there) and the test SIGKILLs it from
+outside. CI runs ``CI_MATRIX``, at least one kill of every program;
+``RAYTF_KERAS_MATRIX=all`` runs every program at every point it has (``POINTS``).
 
 The expected outcome of each program was measured here and is asserted, so a program
 that was exact cannot quietly become "inexact with a line".
 """
 
 import os
+import signal
+import time
 
 import pytest
+
+from raytf.rundir.storage import Storage
 
 from .jobrun import ROOT, JobRun
 
@@ -18,7 +28,9 @@ pytestmark = pytest.mark.slow
 
 JOB = os.path.join(ROOT, "tests", "integration", "keras_programs.py")
 EXACT, SAID = "exact", "inexact, said"
-# program -> the outcome measured here, and the words of the line for an inexact one.
+# program -> the outcome measured here inside its training, and the words of the line for
+# an inexact one. Killed between or after its fit calls, every program ends exact: the
+# calls that had ended return at once.
 EXPECTED = {
     "arrays": (EXACT, None),  # shuffle=True, seeded: the same orders after the restart
     "generator": (SAID, "the input is a Python generator"),
@@ -27,14 +39,33 @@ EXPECTED = {
     "seeded_shuffle": (SAID, "reshuffle_each_iteration=True"),
     "two_models": (EXACT, None),
     "ema_two_fits": (EXACT, None),
-    "early_stop": (EXACT, None),  # stopped at step 16: the restarted call trains no more
-    "three_fits": (EXACT, None),  # the two calls before return with their NumPy state
+    "early_stop": (EXACT, None),  # stopped after epoch 2: a restart after it trains no more
+    "three_fits": (EXACT, None),  # the calls before return with their NumPy state
     # The lost rank's own statistics: no emergency checkpoint without them, the last commit.
     "batch_norm": (EXACT, None),
 }
-# 8 steps an epoch, a checkpoint every 4: the kill lands in the second or third epoch; for
-# early_stop after its fit stopped (step 16), for three_fits in its third call (33-48).
-KILL_AFTER_STEP = {"early_stop": 16, "three_fits": 36}
+ENDED = ("between_fits", "after_fit")
+# program -> its kill points, each (point, fit call): the points its calls reach (a call
+# of one epoch has no second epoch; validation needs validation data).
+ONE_CALL = [("mid_epoch", 0), ("last_batch", 0), ("after_fit", 0)]
+POINTS = {
+    "arrays": [*ONE_CALL, ("validation", 0)],
+    "generator": ONE_CALL,
+    "py_dataset": ONE_CALL,
+    "callbacks_stream": ONE_CALL,
+    "seeded_shuffle": ONE_CALL,
+    "two_models": ONE_CALL,
+    "ema_two_fits": [("mid_epoch", 1), ("last_batch", 1), ("between_fits", 0), ("after_fit", 0)],
+    "early_stop": ONE_CALL,
+    "three_fits": [("mid_epoch", 2), ("last_batch", 0), ("between_fits", 1), ("after_fit", 0)],
+    "batch_norm": [*ONE_CALL, ("validation", 0)],
+}
+CI_MATRIX = [(p, "mid_epoch", 2 if p == "three_fits" else 1 if p == "ema_two_fits" else 0)
+             for p in sorted(EXPECTED) if p != "early_stop"]  # fmt: skip
+CI_MATRIX += [("early_stop", "after_fit", 0), ("ema_two_fits", "between_fits", 0)]
+CI_MATRIX += [("batch_norm", "validation", 0), ("arrays", "last_batch", 0)]
+ALL = [(p, point, call) for p in sorted(POINTS) for point, call in POINTS[p]]
+MATRIX = ALL if os.environ.get("RAYTF_KERAS_MATRIX") == "all" else CI_MATRIX
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +78,30 @@ def references(cluster_env, tmp_path_factory):
     return summary
 
 
-@pytest.mark.parametrize("program", sorted(EXPECTED))
-def test_a_killed_program_ends_exact_or_says_why_not(program, references, cluster_env, storage):
-    args = ["--program", program, "--step-sleep", "0.1"]
-    run = JobRun(storage, f"kill-{program}", *args, env=cluster_env, job=JOB)
-    rc, summary = run.finish_after_killing(1, step=KILL_AFTER_STEP.get(program, 10))
+def kill_at_marker(run: JobRun, marker: str, timeout: float = 180) -> None:
+    """SIGKILL rank 1 once it waits at its kill point (it wrote ``marker``)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(marker):
+        assert run.proc.poll() is None, run.output()[-3000:]
+        assert time.monotonic() < deadline, f"rank 1 never reached its kill point: {marker}"
+        time.sleep(0.1)
+    state = Storage(run.run_dir).read_json("state.json")
+    run.signal_worker(1, signal.SIGKILL, state)
+
+
+@pytest.mark.parametrize("program,point,call", MATRIX)
+def test_a_killed_program_ends_exact_or_says_why_not(
+    program, point, call, references, cluster_env, storage
+):
+    marker = os.path.join(storage, f"{program}-{point}.at")
+    args = ["--program", program, "--kill-at", point]
+    args += ["--kill-call", str(call), "--marker", marker]
+    run = JobRun(storage, f"kill-{program}-{point}", *args, env=cluster_env, job=JOB).start()
+    try:
+        kill_at_marker(run, marker)
+        rc, summary = run.finish()
+    finally:
+        run.stop()
     output = run.output()
     assert rc == 0 and summary, output[-3000:]
     assert summary["attempts"] == 2, "the kill did not restart the group"
@@ -62,7 +112,7 @@ def test_a_killed_program_ends_exact_or_says_why_not(program, references, cluste
     assert len(set(got["digests"])) == 1, "the ranks ended with different weights"
     said = [line for line in output.splitlines() if "not exact" in line]
     outcome = EXACT if got == ref else SAID if said else "silent divergence"
-    expected, words = EXPECTED[program]
+    expected, words = (EXACT, None) if point in ENDED else EXPECTED[program]
     assert outcome == expected, (outcome, said, got, ref)
     if expected == SAID:
         assert any(words in line for line in said), said

@@ -4,7 +4,8 @@ import pytest
 
 from raytf import CheckpointConfig, ConfigError
 from raytf.checkpoint.commits import CheckpointCommits
-from raytf.checkpoint.layout import CKPT_DIR, SCORES, committed, ranked, to_drop
+from raytf.checkpoint.layout import CKPT_DIR, SCORES, committed
+from raytf.checkpoint.retention import ranked, to_drop
 
 from .checkpoint_parts import write_parts
 

@@ -7,14 +7,8 @@ import pytest
 
 from raytf import CheckpointConfig, ConfigError
 from raytf.checkpoint.commits import CheckpointCommits
-from raytf.checkpoint.layout import (
-    CKPT_DIR,
-    commit,
-    committed,
-    latest_intact,
-    prune,
-    step_dirname,
-)
+from raytf.checkpoint.layout import CKPT_DIR, commit, committed, latest_intact, step_dirname
+from raytf.checkpoint.retention import prune
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 

@@ -19,12 +19,10 @@ from raytf.checkpoint.layout import (
     commit,
     committed,
     latest_intact,
-    mark_bad,
-    prune,
-    ranked,
     safe_name,
     step_dirname,
 )
+from raytf.checkpoint.retention import mark_bad, prune, ranked
 from raytf.rundir.storage import Storage
 from tests.unit.checkpoint_parts import write_parts
 
@@ -39,6 +37,12 @@ class FillingDisk(Storage):
             self.fail -= 1
             raise OSError(errno.ENOSPC, "No space left on device")
         super().write_atomic(data, *parts)
+
+    def create_exclusive(self, data, *parts):  # a manifest's write
+        if self.fail:
+            self.fail -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().create_exclusive(data, *parts)
 
 
 def commits(storage, said, **config):
@@ -202,7 +206,7 @@ def test_a_damaged_newest_commit_never_makes_retention_drop_the_fresh_one(storag
 
 
 def test_the_step_just_committed_is_never_dropped_whatever_the_list_says():
-    from raytf.checkpoint.layout import to_drop
+    from raytf.checkpoint.retention import to_drop
 
     assert to_drop([100, 300], 1, None, "max") == [100]  # what a plain count drops
     assert to_drop([100, 300], 1, None, "max", last=100) == []
@@ -221,9 +225,9 @@ def test_prune_leaves_a_committed_folder_the_drivers_list_missed(storage):
 
 
 class FailingStore(Storage):
-    """Local storage whose atomic writes (the manifest's) fail as a store that errors."""
+    """Local storage whose manifest writes fail as a store that errors."""
 
-    def write_atomic(self, data, *parts):
+    def create_exclusive(self, data, *parts):
         raise ConnectionError("the endpoint closed the connection")
 
 

@@ -18,7 +18,7 @@ from raytf import RunConfig
 from raytf.driver.run_dir_hold import hold_run_dir
 from raytf.driver.signal_stop import SignalStop
 from raytf.errors import LeaseLostError, RunDirInUseError
-from raytf.rundir.lease import LEASE, Lease
+from raytf.rundir.lease import GENERATIONS, LEASE, Lease
 from raytf.rundir.run_state import STATE_FILE
 from raytf.rundir.set_aside import PREVIOUS_DIR, set_aside
 from raytf.rundir.state_writer import StateWriter
@@ -69,12 +69,74 @@ def test_a_lease_whose_process_is_gone_is_taken_over_at_once(storage):
 
 
 def test_a_lease_held_elsewhere_is_taken_over_once_its_heartbeat_is_stale(storage):
+    """Stale: unchanged for ``stale_s`` as this host counts (watched that long)."""
     storage.makedirs()
     held_by(storage, 1, age_s=45, host="another-host")
-    assert "heartbeat 45 s ago" in Lease(storage, stale_s=30).acquire()
+    t0 = time.monotonic()
+    said = Lease(storage, stale_s=1).acquire()
+    assert "heartbeat 45 s ago, unchanged for 1 s here" in said
+    assert time.monotonic() - t0 >= 1.0  # watched, not judged by the two clocks
     held_by(storage, 1, age_s=5, host="another-host")
     with pytest.raises(RunDirInUseError):
         Lease(storage, stale_s=30).acquire()
+
+
+def test_a_live_lease_on_a_host_whose_clock_is_behind_is_never_taken_over(storage):
+    """The holder's clock runs 40 s behind this host's: its heartbeats read 40 s old
+    here. Its heartbeat keeps changing while this driver watches: refused. (Compared by
+    wall clock, a driver on a host 40 s ahead took a live run's lease over.)"""
+    import threading
+
+    storage.makedirs()
+    done = threading.Event()
+
+    def holder() -> None:
+        while not done.is_set():
+            held_by(storage, 1, age_s=40, host="another-host")  # renewed, 40 s "old"
+            done.wait(0.2)
+
+    held_by(storage, 1, age_s=40, host="another-host")
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(RunDirInUseError, match="its heartbeat changed within 2 s"):
+            Lease(storage, stale_s=2).acquire()
+    finally:
+        done.set()
+        thread.join()
+    assert storage.read_json(LEASE)["holder"] == "other"
+
+
+def test_no_two_holders_share_a_generation(storage):
+    """Two drivers take over the same stale lease (generation 3) at one moment: exactly
+    one holds it, at generation 4, and only one marker of generation 4 exists."""
+    import threading
+
+    from raytf.rundir.lease import GENERATIONS
+
+    storage.makedirs()
+    held_by(storage, 1, age_s=45, host="another-host")
+    storage.write_json_atomic({**storage.read_json(LEASE), "generation": 3}, LEASE)
+    leases = [Lease(storage, stale_s=0.3) for _ in range(2)]
+    start, outcomes = threading.Barrier(2), {}
+
+    def take(lease: Lease) -> None:
+        start.wait()
+        try:
+            lease.acquire()
+            outcomes[lease.doc["holder"]] = lease.doc["generation"]
+        except RunDirInUseError:
+            outcomes[lease.doc["holder"]] = None
+
+    threads = [threading.Thread(target=take, args=(lease,)) for lease in leases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won = {h: g for h, g in outcomes.items() if g is not None}
+    assert len(outcomes) == 2 and list(won.values()) == [4], outcomes
+    assert storage.read_json(LEASE)["holder"] == next(iter(won))
+    assert storage.listdir(GENERATIONS) == ["000000004"]
 
 
 def test_release_leaves_a_lease_another_driver_took(storage):
@@ -151,7 +213,7 @@ def test_start_fresh_moves_the_earlier_run_aside_and_keeps_it(tmp_path):
     kept = Storage(storage.path(PREVIOUS_DIR, stamp))
     assert kept.read_json("checkpoints", "step_000000040", "manifest.json") == {"step": 40}
     assert kept.read_json(STATE_FILE) == {"state": "FINISHED"}
-    assert sorted(storage.listdir()) == [LEASE, PREVIOUS_DIR]
+    assert sorted(storage.listdir()) == [LEASE, GENERATIONS, PREVIOUS_DIR]
     assert any("moved to" in line for line in said)
     writer.close(5)
     assert set_aside(storage) is None  # nothing left to move: earlier set-asides stay put
@@ -198,26 +260,45 @@ def test_a_dead_pid_in_another_pid_namespace_of_this_host_is_judged_by_its_heart
     with pytest.raises(RunDirInUseError):
         Lease(storage, stale_s=30).acquire()
     held_by(storage, dead.pid, age_s=45, ns="another-boot:4026531836")
-    assert "heartbeat 45 s ago" in Lease(storage, stale_s=30).acquire()
+    assert "heartbeat 45 s ago" in Lease(storage, stale_s=1).acquire()
 
 
 def test_a_driver_whose_heartbeat_stalled_finds_its_lease_taken_and_writes_nothing(tmp_path):
     """A's heartbeat stalls past the stale time (a storage stall the driver rides out);
     B takes the run over. A's next renewal names B and writes nothing: the lease stays
     B's, A's writer stops (its last state included) and its commits are refused."""
+    import threading
+
+    class Stalling(Storage):
+        """A's store: its reads and writes wait while ``stall`` is set (a storage stall)."""
+
+        stall = threading.Event()
+
+        def read_json(self, *parts):
+            while self.stall.is_set():
+                time.sleep(0.05)
+            return super().read_json(*parts)
+
+        def write_atomic(self, data, *parts):
+            while self.stall.is_set():
+                time.sleep(0.05)
+            super().write_atomic(data, *parts)
+
     storage = Storage(str(tmp_path))
-    a = Lease(storage, stale_s=0.5)
+    a = Lease(Stalling(str(tmp_path)), stale_s=0.5)
     a.acquire()
     said = []
-    writer = StateWriter(storage, a, heartbeat_s=0.2, say=said.append)
+    writer = StateWriter(a.storage, a, heartbeat_s=0.2, say=said.append)
     writer.put({"state": "RUNNING", "last_step": 1})
     deadline = time.monotonic() + 5
     while not storage.exists(STATE_FILE) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert writer.holds_lease()
+    Stalling.stall.set()  # A's heartbeat stops changing
+    time.sleep(0.6)  # past the stale time: B watches instead of refusing at once
     b = Lease(storage, stale_s=0.5)
-    storage.write_json_atomic(dict(a.doc, heartbeat=time.time() - 0.8), LEASE)  # the stall
-    assert "heartbeat 1 s ago" in b.acquire()
+    assert "unchanged for 0.5 s here" in b.acquire()
+    Stalling.stall.clear()
     with pytest.raises(LeaseLostError) as info:
         a.renew()
     assert f"pid {b.doc['pid']}" in str(info.value) and "took it over" in str(info.value)
@@ -322,7 +403,8 @@ def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the
 ):
     """The stalled driver A, before it notices: its prune (keep 1) does not remove B's
     commits, which it never knew; a driver after a clean end counts on past B's."""
-    from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, committed, prune, step_dirname
+    from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, commit, committed, step_dirname
+    from raytf.checkpoint.retention import prune
     from tests.unit.checkpoint_parts import write_parts
 
     storage = Storage(str(tmp_path))
@@ -345,7 +427,7 @@ def test_a_taken_over_lease_counts_one_generation_on_and_its_commits_outlive_the
     # B ends and releases the lease; the next driver's generation counts past B's commits,
     # so its prunes remove them as the run's own.
     b.release()
-    from raytf.checkpoint.layout import highest_generation
+    from raytf.checkpoint.retention import highest_generation
 
     c = Lease(storage, stale_s=0.2, floor=highest_generation(storage))
     c.acquire()

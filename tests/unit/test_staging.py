@@ -19,11 +19,11 @@ from raytf.checkpoint.layout import (
     commit,
     committed,
     latest_intact,
-    prune,
     staged_dir,
     staged_steps,
     step_dirname,
 )
+from raytf.checkpoint.retention import prune
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
@@ -48,14 +48,14 @@ class Watched(Storage):
         self.moves.append((src, dst))
         super().move(src, dst)
 
-    def write_atomic(self, data, *parts):
+    def create_exclusive(self, data, *parts):  # the manifest: created only if absent
         if parts[-1] == MANIFEST:
             d = parts[-2]
             assert set(self.listdir(CKPT_DIR, d)) == FILES, self.listdir(CKPT_DIR, d)
             staged = self.listdir(CKPT_DIR, STAGING, d)
             assert all(self.listdir(CKPT_DIR, STAGING, d, name) == [] for name in staged)
             self.manifests += 1
-        super().write_atomic(data, *parts)
+        return super().create_exclusive(data, *parts)
 
 
 @pytest.fixture(params=["local", "object-store"])
@@ -89,12 +89,12 @@ def test_a_commit_moves_the_staged_parts_into_place_with_the_manifest_last(watch
 
 def test_a_commit_tried_again_after_its_manifest_failed_finds_its_files_in_place(watched):
     parts = write_parts(watched, 10)
-    real = watched.write_json_atomic
-    watched.write_json_atomic = lambda *a: (_ for _ in ()).throw(OSError("disk full"))
+    real = watched.create_json_exclusive
+    watched.create_json_exclusive = lambda *a: (_ for _ in ()).throw(OSError("disk full"))
     with pytest.raises(OSError):
         commit(watched, parts, world_size=2, attempt=1)
     assert committed(watched) == []  # files moved, no manifest: not a checkpoint
-    watched.write_json_atomic = real
+    watched.create_json_exclusive = real
     commit(watched, parts, world_size=2, attempt=1)
     assert latest_intact(watched).step == 10
 
@@ -183,3 +183,29 @@ def test_a_part_naming_a_staging_outside_its_step_is_refused(storage):
         with pytest.raises(ValueError):
             commit(storage, wrong, world_size=2, attempt=1)
     assert committed(storage) == []
+
+
+def test_a_manifest_written_by_a_try_whose_answer_was_lost_is_the_commits_own(tmp_path):
+    """The store created the manifest but its answer never came (a timeout after the
+    write): the try again is refused by the store (created only if absent), finds the
+    manifest this commit wrote and takes it. Another writer's is ``StepCommitted``."""
+    from raytf.checkpoint.layout import StepCommitted
+
+    class LostAnswer(Storage):
+        lose = True
+
+        def create_exclusive(self, data, *parts):
+            created = super().create_exclusive(data, *parts)
+            if self.lose:
+                self.lose = False
+                raise TimeoutError("read timeout after the PUT")
+            return created
+
+    storage = LostAnswer(str(tmp_path / "run"))
+    parts = write_parts(storage, 10)
+    with pytest.raises(TimeoutError):
+        commit(storage, parts, world_size=2, attempt=1)
+    ckpt = commit(storage, parts, world_size=2, attempt=1)
+    assert ckpt.step == 10 and latest_intact(storage).step == 10
+    with pytest.raises(StepCommitted):
+        commit(storage, write_parts(storage, 10), world_size=2, attempt=2)

@@ -13,10 +13,10 @@ from raytf.checkpoint.layout import (
     latest_intact,
     list_step_dirs,
     parse_step_dirname,
-    prune,
     step_dirname,
     verify,
 )
+from raytf.checkpoint.retention import prune
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage
 
