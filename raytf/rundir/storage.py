@@ -272,9 +272,11 @@ def cause(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     if "credential" in text.lower():
         text += (
-            " (the workers use their node's own credentials: instance role, service "
-            "account, ~/.aws; RunConfig(forward_credentials=True) or "
-            "RAYTF_FORWARD_CREDENTIALS=1 gives them the driver's)"
+            " (the workers use their node's own credentials: instance profile, service "
+            "account, ~/.aws. On a cloud cluster each worker pool needs its own: Ray's "
+            "launcher gives its to the head only; raytf validate names a pool without "
+            "one. RunConfig(forward_credentials=True) gives the workers the driver's "
+            "variables, which helps only where the driver's credentials are variables)"
         )
     return text
 

@@ -35,7 +35,7 @@ def variant(tmp_path, source, change):
 
 
 def test_every_shipped_config_passes_ray_and_raytf_rules():
-    assert len(SHIPPED) == 6
+    assert len(SHIPPED) == 7
     for path in SHIPPED:
         assert validate_file(path, {"GPU": 1}) == [], path
 
@@ -191,3 +191,55 @@ def test_a_launcher_head_serving_its_dashboard_on_every_interface(tmp_path, auth
     if warned:
         assert exposed[0].path.startswith("head_start_ray_commands.")
         assert "0.0.0.0 without token authentication" in exposed[0].message
+
+
+GCP = os.path.join(ROOT, "cluster_configs", "gcp-gpu.yaml")
+RAYCLUSTER = os.path.join(ROOT, "cluster_configs", "kuberay", "raycluster.yaml")
+
+
+def _strip_launcher(key):
+    def change(doc):
+        for node in doc["available_node_types"].values():
+            node["node_config"].pop(key, None)
+
+    return change
+
+
+def _strip_pods(doc):
+    spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group["template"]["spec"].pop("serviceAccountName")
+
+
+@pytest.mark.parametrize(
+    "source,change,where,words",
+    [
+        (AWS, _strip_launcher("IamInstanceProfile"), "available_node_types.gpu_spot.node_config",
+         "the worker pool gpu_spot has no instance profile (IamInstanceProfile)"),
+        (GCP, _strip_launcher("serviceAccounts"), "available_node_types.gpu_t4.node_config",
+         "the worker pool gpu_t4 has no service account (serviceAccounts)"),
+        (RAYCLUSTER, _strip_pods, "spec.workerGroupSpecs.0.template.spec.serviceAccountName",
+         "the namespace's default service account"),
+        (RAYJOB, _strip_pods,
+         "spec.rayClusterSpec.workerGroupSpecs.0.template.spec.serviceAccountName",
+         "the namespace's default service account"),
+    ],
+)  # fmt: skip
+def test_a_recipe_stripped_of_its_workers_role_is_flagged(tmp_path, source, change, where, words):
+    """Ray's launchers give their instance profile or service account to the head only:
+    a worker pool without its own passes the driver's storage check and fails its first
+    upload. Each shipped recipe gives its workers one; stripped, validate names the pool."""
+    found = [p for p in validate_file(variant(tmp_path, source, change)) if p.path == where]
+    assert found and words in found[0].message, found
+
+
+def test_a_worker_pool_without_a_role_is_an_error_where_the_config_names_the_bucket(tmp_path):
+    def strip_and_name_storage(doc):
+        _strip_launcher("IamInstanceProfile")(doc)
+        doc["worker_setup_commands"].append("echo RAYTF_STORAGE_PATH=s3://$BUCKET/runs")
+
+    found = errors(variant(tmp_path, AWS, strip_and_name_storage))
+    assert {p.path for p in found} == {
+        "available_node_types.gpu_on_demand.node_config",
+        "available_node_types.gpu_spot.node_config",
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from raytf.tools.validate import identity
 from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
 from raytf.tools.validate.storage import storage_and_placeholders
 
@@ -46,6 +47,7 @@ def check_kuberay(
     if "headGroupSpec" not in spec:
         problems.append(Problem(path, f"{base}.headGroupSpec", "missing", "add a head group"))
     problems += _exposure(path, base, spec)
+    problems += identity.kuberay_groups(path, base, spec)
     pools = {}
     groups = spec.get("workerGroupSpecs") or []
     for i, group in enumerate(groups):

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from raytf.tools.validate import identity
 from raytf.tools.validate.kuberay import check_kuberay
 from raytf.tools.validate.rules import Problem, credentials, job_fits, other_raytf_problem
 from raytf.tools.validate.storage import storage_and_placeholders
@@ -50,6 +51,8 @@ def validate_file(path: str, job_resources: dict[str, float] | None = None) -> l
             problems.append(Problem(path, "", "the document is not a mapping"))
         elif doc.get("kind") in ("RayCluster", "RayJob"):
             problems += check_kuberay(path, doc, job_resources)
+        elif "apiVersion" in doc and "kind" in doc:  # another Kubernetes object
+            problems += credentials(path, doc, "") + storage_and_placeholders(path, doc)
         else:
             problems += _check_launcher(path, doc, job_resources)
     return problems
@@ -146,6 +149,7 @@ def _check_launcher(
             )
     if provider == "local":
         problems += _local_provider(path, config)
+    problems += identity.launcher_pools(path, provider, workers, config)
     problems += _synced_checkout(path, config)
     problems += _exposure(path, config)
     if provider != "fake_multinode":  # fake nodes are local processes: nothing to install
