@@ -138,13 +138,18 @@ class Storage:
             # a missing (mistyped) bucket instead of failing.
             self.fs.pipe_file(target, data)  # one PUT: whole or absent
             return
+        os.replace(self._whole_beside(target, data), target)
+
+    def _whole_beside(self, target: str, data: bytes) -> str:
+        """``data`` in a temporary file beside ``target``, on disk: what an atomic
+        rename or link puts in place."""
         self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
         tmp = posixpath.join(posixpath.dirname(target), f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        return tmp
 
     def create_exclusive(self, data: bytes, *parts: str) -> bool:
         """Write ``data`` only where nothing is yet: True when this call created it, False
@@ -160,12 +165,7 @@ class Storage:
             except FileExistsError:
                 return False
             return True
-        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        tmp = posixpath.join(posixpath.dirname(target), f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        tmp = self._whole_beside(target, data)
         try:
             os.link(tmp, target)  # whole or absent, and only if absent
         except FileExistsError:

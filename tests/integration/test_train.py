@@ -8,6 +8,7 @@ import numpy as np
 
 import jobs.train_synthetic as train_synthetic
 import raytf
+from tests.ray_train_loops import read_checkpoint as _read_checkpoint
 
 from .cluster_state import assert_nothing_left
 
@@ -163,24 +164,6 @@ def test_local_mode_runs_the_loop_here_on_one_workers_loss_curve(ray_cluster, st
     assert local.checkpoint.endswith("step_000000032")  # committed like a run's
     with open(os.path.join(storage, "local0", "state.json")) as f:
         assert json.load(f)["state"] == "FINISHED"
-
-
-def _read_checkpoint(config):
-    """A Ray Train loop's start: what ``get_checkpoint()`` gives it, as every rank sees it."""
-    from raytf.integrations import ray_train
-
-    checkpoint = ray_train.get_checkpoint()
-    if checkpoint is None:
-        found = None
-    else:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "epoch.txt")) as f:
-                found = f.read()
-    if config["report"]:
-        with open(os.path.join(config["report"], "epoch.txt"), "w") as f:
-            f.write("from the earlier run")
-        ray_train.report({"step": 1}, checkpoint=ray_train.Checkpoint(config["report"]))
-    return found
 
 
 def test_resume_from_checkpoint_trains_on_from_it_even_with_start_fresh(

@@ -30,14 +30,8 @@ SEEN = {
 }
 
 
-def test_every_field_of_the_plan_reaches_the_rank(storage):
-    fields = [f.name for f in dataclasses.fields(CheckpointPlan)]
-    assert sorted(fields) == sorted(SEEN), "a plan field no rank is shown to consume"
-    plan = CheckpointPlan(**{name: value for name, (value, _) in SEEN.items()})
-    assert all(
-        getattr(plan, f.name) != f.default for f in dataclasses.fields(CheckpointPlan)
-        if f.name not in ("copy_cost",)
-    )  # fmt: skip
+def open_host(storage, plan: CheckpointPlan, **rank) -> RankHost:
+    """A rank's host opened with ``plan``, as a worker and local mode open theirs."""
     host = RankHost()
     host.open(
         strategy=tf.distribute.get_strategy(),
@@ -48,7 +42,20 @@ def test_every_field_of_the_plan_reaches_the_rank(storage):
         config={},
         run_dir=storage.url(),
         plan=plan,
+        **rank,
     )
+    return host
+
+
+def test_every_field_of_the_plan_reaches_the_rank(storage):
+    fields = [f.name for f in dataclasses.fields(CheckpointPlan)]
+    assert sorted(fields) == sorted(SEEN), "a plan field no rank is shown to consume"
+    plan = CheckpointPlan(**{name: value for name, (value, _) in SEEN.items()})
+    assert all(
+        getattr(plan, f.name) != f.default for f in dataclasses.fields(CheckpointPlan)
+        if f.name not in ("copy_cost",)
+    )  # fmt: skip
+    host = open_host(storage, plan)
     try:
         for name, (value, seen) in SEEN.items():
             assert seen(host) == (True if name == "keep_last_step" else value), name
@@ -58,18 +65,7 @@ def test_every_field_of_the_plan_reaches_the_rank(storage):
 
 def test_without_tfs_snapshot_api_the_plan_saves_synchronously_and_keeps_no_copy(storage):
     plan = CheckpointPlan(dir="ckpts", async_save=True, keep_last_step=True)
-    host = RankHost()
-    host.open(
-        strategy=tf.distribute.get_strategy(),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        node_ip="127.0.0.1",
-        config={},
-        run_dir=storage.url(),
-        plan=plan,
-        snapshots=False,
-    )
+    host = open_host(storage, plan, snapshots=False)
     try:
         assert host.checkpointer.async_save is False and host.checkpointer.last_step is None
     finally:

@@ -111,28 +111,12 @@ def test_a_local_run_refuses_nan_weights_and_commits_under_its_lease(tmp_path, c
     assert holder and holder["generation"] >= 1
 
 
-def read_checkpoint(config):
-    """A Ray Train loop's start: what ``get_checkpoint()`` gives it; then it reports one."""
-    from raytf.integrations import ray_train
-
-    checkpoint = ray_train.get_checkpoint()
-    found = None
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "epoch.txt")) as f:
-                found = f.read()
-    if config["report"]:
-        with open(os.path.join(config["report"], "epoch.txt"), "w") as f:
-            f.write("from the earlier run")
-        ray_train.report({"step": 1}, checkpoint=ray_train.Checkpoint(config["report"]))
-    return found
-
-
 def test_resume_from_checkpoint_with_start_fresh_starts_from_it_in_local_mode(tmp_path):
     """As on a cluster (tests/integration/test_train.py): the seed is put in once the run
     directory is held, after ``start_fresh`` set the earlier run aside. Local mode seeded
     first, so the earlier run's files and the seed went aside together: from scratch."""
     from raytf.integrations import ray_train
+    from tests.ray_train_loops import read_checkpoint
 
     given, reported = tmp_path / "given", tmp_path / "reported"
     given.mkdir()
