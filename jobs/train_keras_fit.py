@@ -43,11 +43,12 @@ def dense_model(keras):
     )
 
 
-def image_model(keras):
+def image_model(keras, synchronized: bool = True):
     """The layers image models use: random augmentation, BatchNormalization, Dropout.
     Each random layer draws from its own seed generator (``set_random_seed`` seeds them).
-    The statistics are synchronized: Keras 3's default keeps one set per worker, and a
-    worker lost takes its own with it (raytf says so at the resume: not exact)."""
+    The statistics are synchronized unless ``synchronized=False`` (Keras 3's default, one
+    set per worker: each rank's own ride in its state file, and a rank lost mid-run makes
+    the restart read the latest full commit, not the survivors' emergency one)."""
     return keras.Sequential(
         [
             keras.Input((NUM_FEATURES,)),
@@ -55,7 +56,7 @@ def image_model(keras):
             keras.layers.RandomFlip("horizontal"),
             keras.layers.RandomTranslation(0.1, 0.1),
             keras.layers.Conv2D(8, 3, padding="same"),
-            keras.layers.BatchNormalization(synchronized=True),
+            keras.layers.BatchNormalization(synchronized=synchronized),
             keras.layers.ReLU(),
             keras.layers.Flatten(),
             keras.layers.Dropout(0.2),
@@ -71,7 +72,10 @@ def train_loop(config: dict) -> dict:
     keras.utils.set_random_seed(config["seed"])
     strategy = raytf.get_context().strategy  # was: tf.distribute.MirroredStrategy()
     with strategy.scope():
-        model = image_model(keras) if config["augment"] else dense_model(keras)
+        if config["augment"]:
+            model = image_model(keras, synchronized=not config.get("bn_per_rank"))
+        else:
+            model = dense_model(keras)
         lr = config["lr"]
         if config["augment"]:  # a schedule: its step is the optimizer's, restored with it
             total = config["epochs"] * config["steps_per_epoch"]
@@ -176,6 +180,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="an image model: RandomFlip, RandomTranslation, BatchNormalization, Dropout",
     )
+    p.add_argument(
+        "--bn-per-rank",
+        action="store_true",
+        help="with --augment: Keras's default BatchNormalization, statistics per worker",
+    )
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds after each step")
     p.add_argument("--storage", default=None)
     p.add_argument("--name", default=None)
@@ -200,6 +209,7 @@ def main(argv=None) -> dict:
             "plain": args.plain,
             "finetune": args.finetune,
             "augment": args.augment,
+            "bn_per_rank": args.bn_per_rank,
         },
         scaling_config=raytf.ScalingConfig(num_workers=args.workers),
         run_config=raytf.RunConfig(
