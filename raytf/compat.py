@@ -20,7 +20,10 @@ mismatch of each.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +42,50 @@ def installed(package: str) -> str:
     import importlib
 
     return str(getattr(importlib.import_module(package), "__version__", "unknown"))
+
+
+def source_digest(root: str | None = None) -> str:
+    """A digest of raytf's own Python sources (``root``: a raytf package directory; by
+    default the one this process imported). The driver and every worker compare theirs
+    at set-up: ``__version__`` is a constant, and two builds of one version (a node's
+    install, an older ship) speak different messages."""
+    if root is None:
+        return _own_digest()
+    paths = sorted(
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(".py")
+    )
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _own_digest() -> str:
+    import raytf
+
+    return source_digest(os.path.dirname(os.path.abspath(raytf.__file__)))
+
+
+def other_build(digests: list[str | None], where: list[str]) -> DependencyError | None:
+    """The ranks whose raytf is not the driver's (``digests``: each rank's
+    ``source_digest``; None: a build too old to say), or None."""
+    mine = _own_digest()
+    other = [rank for rank, digest in enumerate(digests) if digest != mine]
+    if not other:
+        return None
+    shown = ", ".join(f"rank {r} on {where[r]}: {digests[r] or 'an older build'}" for r in other)
+    return DependencyError(
+        f"the workers' raytf is not the driver's (driver's sources {mine}; {shown}): the "
+        "two would speak different messages. Let the driver ship its package "
+        "(RAYTF_SHIP_PACKAGE, the default on clusters of several nodes) or install the "
+        "same raytf on every node"
+    )
 
 
 def version_note(package: str, version: str | None = None) -> str | None:

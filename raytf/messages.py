@@ -42,6 +42,7 @@ class SetupReply:
 
     replicas: int
     probes: Any
+    source: str | None = None  # the worker's raytf.compat.source_digest()
 
 
 @dataclass(frozen=True)

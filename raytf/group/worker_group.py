@@ -94,7 +94,8 @@ class WorkerGroup:
                     f"({compat.DISTRIBUTION}: its set-up answered {reply!r}); let the driver "
                     "ship its package (RAYTF_SHIP_PACKAGE) or install the same raytf there"
                 )
-        error = compat.disagreement([r.probes for r in replies], where)
+        error = compat.other_build([getattr(r, "source", None) for r in replies], where)
+        error = error or compat.disagreement([r.probes for r in replies], where)
         if error is not None:
             raise error
         self.timeline.mark("group_created")

@@ -239,7 +239,7 @@ class RaytfWorker:
         try:
             replicas = self._tf.submit(self._make_strategy, tf_config, communication).result()
             self._times.stamp("strategy_created")
-            return SetupReply(replicas, self._compat)
+            return SetupReply(replicas, self._compat, compat.source_digest())
         except Exception as exc:  # noqa: BLE001 - classify, then re-raise
             if is_port_clash(f"{type(exc).__name__}: {exc}"):
                 raise PortClashError(f"rank {self.rank}: {exc}") from None

@@ -3,6 +3,7 @@ and a mismatch either falls back with a line for the driver's screen or stops th
 with an error naming the package, the installed version and the supported one."""
 
 import io
+import os
 import re
 
 import pytest
@@ -145,3 +146,26 @@ def test_ranks_that_would_take_different_paths_stop_the_group_naming_each_node(m
     assert "rank 0 on a (10.0.0.1): keras 3.15" in text and "falls back: nothing" in text
     assert "rank 1 on b (10.0.0.2): keras 9, ray 9, tensorflow 2.20.0" in text
     assert compat.SNAPSHOT.feature in text.split("rank 1")[1]
+
+
+def test_a_worker_running_another_build_of_raytf_is_refused_naming_it(tmp_path):
+    """``__version__`` is a constant: two builds of one version (a node's own install, an
+    older ship) differ in their sources. The driver compares each worker's digest of
+    them with its own at set-up."""
+    import shutil
+
+    import raytf
+
+    own = os.path.dirname(os.path.abspath(raytf.__file__))
+    copy = tmp_path / "raytf"
+    shutil.copytree(own, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert compat.source_digest(str(copy)) == compat.source_digest()
+    (copy / "messages.py").write_text((copy / "messages.py").read_text() + "\n# changed\n")
+    other = compat.source_digest(str(copy))
+    assert other != compat.source_digest()
+    mine = compat.source_digest()
+    assert compat.other_build([mine, mine], ["a (10.0.0.1)", "b (10.0.0.2)"]) is None
+    error = compat.other_build([mine, other, None], ["a", "b (10.0.0.2)", "c (10.0.0.3)"])
+    assert isinstance(error, DependencyError)
+    assert f"rank 1 on b (10.0.0.2): {other}" in str(error)
+    assert "rank 2 on c (10.0.0.3): an older build" in str(error) and "rank 0" not in str(error)
