@@ -14,13 +14,16 @@ machine would be a new chance to write to a disk of its own.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
 import ray
 
-from raytf.errors import ConfigError
+from raytf.errors import ConfigError, WorkerSetupError
 from raytf.group.cluster import alive_nodes
+
+logger = logging.getLogger("raytf")
 
 
 def not_shared_error(storage_path: str, problems: list[str]) -> ConfigError:
@@ -44,37 +47,47 @@ def autoscaled_error(storage_path: str) -> ConfigError:
     )
 
 
-def _probe_on_node(path: str, content: bytes, reply: str) -> tuple[str, str | None]:
-    """Runs on one node: can it read the driver's probe, and write one back?"""
-    import socket
+def _probe():
+    """The task each node runs: can it read the driver's probe, and write one back? Made
+    here, so that Ray sends the function itself (a nested function travels by value):
+    a node without raytf installed (the case shipping exists for) runs it as well."""
 
-    try:
-        with open(path, "rb") as f:
-            seen = f.read()
-        if seen != content:
-            return socket.gethostname(), f"{path} holds other bytes there"
-        with open(reply, "wb") as f:
-            f.write(content)
-        return socket.gethostname(), None
-    except OSError as exc:
-        return socket.gethostname(), f"{type(exc).__name__}: {exc}"
+    def probe_on_node(path: str, content: bytes, reply: str) -> tuple[str, str | None]:
+        import socket
+
+        try:
+            with open(path, "rb") as f:
+                seen = f.read()
+            if seen != content:
+                return socket.gethostname(), f"{path} holds other bytes there"
+            with open(reply, "wb") as f:
+                f.write(content)
+            return socket.gethostname(), None
+        except OSError as exc:
+            return socket.gethostname(), f"{type(exc).__name__}: {exc}"
+
+    return probe_on_node
 
 
-def unshared_on(directory: str, nodes: list[dict], timeout_s: float = 60.0) -> list[str]:
+def unshared_on(
+    directory: str, nodes: list[dict], timeout_s: float = 60.0
+) -> tuple[list[str], list[str]]:
     """A line per node of ``nodes`` (Ray's node records) that does not see ``directory``
-    as the driver does: the driver writes a probe file there; a zero-CPU task on each
-    node reads it and writes its own, which the driver reads back."""
+    as the driver does, and a line per node where the check could not run (a node that
+    died, one still installing the job's environment): the driver writes a probe file
+    there; a zero-CPU task on each node reads it and writes its own, which the driver
+    reads back. Only the first is an answer: the second proves nothing."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not nodes:
-        return []
+        return [], []
     os.makedirs(directory, exist_ok=True)
     token = uuid.uuid4().hex
     probe = os.path.join(directory, f".raytf-shared-{token}")
     content = token.encode()
     with open(probe, "wb") as f:
         f.write(content)
-    task = ray.remote(num_cpus=0, max_retries=0)(_probe_on_node)
+    task = ray.remote(num_cpus=0, max_retries=0)(_probe())
     refs, replies = {}, {}
     for n in nodes:
         replies[n["NodeID"]] = f"{probe}.{n['NodeID'][:12]}"
@@ -82,14 +95,15 @@ def unshared_on(directory: str, nodes: list[dict], timeout_s: float = 60.0) -> l
         refs[n["NodeID"]] = task.options(scheduling_strategy=strategy).remote(
             probe, content, replies[n["NodeID"]]
         )
-    bad = []
+    bad, unanswered = [], []
     try:
         for n in nodes:
             where = f"node {n['NodeManagerAddress']} ({n['NodeID'][:12]})"
             try:
                 host, problem = ray.get(refs[n["NodeID"]], timeout=timeout_s)
-            except Exception as exc:  # noqa: BLE001 - a node that cannot answer cannot be trusted
-                bad.append(f"{where}: the check did not run ({type(exc).__name__}: {exc})")
+            except Exception as exc:  # noqa: BLE001 - no answer: neither shared nor not
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                unanswered.append(f"{where}: {type(exc).__name__}: {first}")
                 continue
             if problem is None and not os.path.exists(replies[n["NodeID"]]):
                 problem = "its file written there is not seen here"
@@ -101,7 +115,7 @@ def unshared_on(directory: str, nodes: list[dict], timeout_s: float = 60.0) -> l
                 os.remove(path)
             except OSError:
                 pass
-    return bad
+    return bad, unanswered
 
 
 def unshared_nodes(directory: str, bundle: dict[str, float], timeout_s: float = 60.0) -> list[str]:
@@ -113,7 +127,10 @@ def unshared_nodes(directory: str, bundle: dict[str, float], timeout_s: float = 
     ]
     if len(alive) < 2:
         return []
-    return unshared_on(directory, nodes, timeout_s)
+    bad, unanswered = unshared_on(directory, nodes, timeout_s)
+    if unanswered:  # checked again where a worker lands (SharedStorageCheck)
+        logger.warning("the shared-storage check did not run on %s", "; ".join(unanswered))
+    return bad
 
 
 class SharedStorageCheck:
@@ -121,7 +138,8 @@ class SharedStorageCheck:
 
     The driver's own node needs no probe (it wrote the file). Raises the
     ``ConfigError`` a launch would have raised, so the run stops before a worker
-    writes anything where the driver cannot see it."""
+    writes anything where the driver cannot see it; a node where the check could
+    not run costs the attempt (``WorkerSetupError``, retried) and is asked again."""
 
     def __init__(self, directory: str, storage_path: str):
         self.directory = directory
@@ -133,7 +151,12 @@ class SharedStorageCheck:
         if not new:
             return
         nodes = [n for n in alive_nodes() if n["NodeID"] in new]
-        problems = unshared_on(self.directory, nodes)
+        problems, unanswered = unshared_on(self.directory, nodes)
         if problems:
             raise not_shared_error(self.storage_path, problems)
+        if unanswered:
+            raise WorkerSetupError(
+                "the check that the run directory is the same storage on every worker's "
+                f"node did not run on {'; '.join(unanswered)}: the next attempt asks again"
+            )
         self.checked |= new
