@@ -86,16 +86,17 @@ class WorkerPool:
         dead = self._ping_all()
         placed = self.slots.placed()
         self._dead_nodes = {placed[s] for s in dead if s in placed}
-        # A slot with no standby or spare has no process to ping, so ask the raylet of
-        # each of the last attempt's nodes (a node killed seconds ago still reads alive).
+        # Ask the raylet of each of the last attempt's nodes (a node killed seconds ago
+        # still reads alive; a slot with no standby has no process to ping). A refusal
+        # proves the node gone; a standby that died alone proves nothing of its node.
         suspects = set(self._slot_nodes.values()) & set(placed.values())
-        self._dead_nodes |= refusing_nodes(suspects - self._dead_nodes)
+        refusing = refusing_nodes(suspects)
+        self._dead_nodes |= refusing
         alive = alive_node_ids()
+        gone = refusing | {n for n in self._slot_nodes.values() if n not in alive}
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
-        self.lost_nodes |= {
-            n for n in self._slot_nodes.values() if n not in alive or n in self._dead_nodes
-        }
-        self.active, size = self.slots.place(timeout_s, on_wait, self._usable)
+        self.lost_nodes |= gone | (set(self._slot_nodes.values()) & self._dead_nodes)
+        self.active, size = self.slots.place(timeout_s, on_wait, self._usable, gone)
         placed = self.slots.placed()
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
         if self.storage_check is not None:

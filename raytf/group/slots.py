@@ -78,22 +78,26 @@ class _OneGroup:
             return {}
         return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
 
-    def _off_dead_nodes(self, n: int, usable, deadline: float, on_wait) -> bool:
-        """Wait (until ``deadline``) for every slot to be placed on a node that answers;
-        False at the deadline. A killed node reads alive in Ray's records until its
-        health checks fail (15 s with Ray's defaults) and the group's bundles on it read
-        placed: a restart that trusted them put a worker on a dead node and spent a
-        second retry. Ray moves the bundles once it declares the node dead."""
-        if usable is None:
+    def _off_gone_nodes(self, n: int, gone: set[str], deadline: float, on_wait) -> bool:
+        """Wait (until ``deadline``) for every slot to be placed off the nodes ``gone``
+        (their raylet refuses, or Ray's records lost them); False at the deadline. A
+        killed node reads alive in Ray's records until its health checks fail (15 s
+        with Ray's defaults) and the group's bundles on it read placed: a restart that
+        trusted them put a worker on a dead node and spent a second retry. Ray moves
+        the bundles once it declares the node dead. (A standby that died alone says
+        nothing of its node: the pool keeps that apart.)"""
+        if not gone:
             return True
         start = time.monotonic()
-        while len(usable(self.placed())) < n:
+        while True:
+            placed = self.placed()
+            if len(placed) == n and not set(placed.values()) & gone:
+                return True
             if time.monotonic() >= deadline:
                 return False
             on_wait("waiting for Ray to move the slots off a node that stopped answering",
                     time.monotonic() - start)  # fmt: skip
             time.sleep(0.5)
-        return True
 
 
 class FixedSlots(_OneGroup):
@@ -105,8 +109,11 @@ class FixedSlots(_OneGroup):
         self.bundle = scaling.worker_resources()
         self.pg = None
 
-    def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
-        """Reserve every worker's resources at once (again after a node loss), or time out."""
+    def place(
+        self, timeout_s: float, on_wait, usable=None, gone=frozenset()
+    ) -> tuple[list[int], WorldSize]:
+        """Reserve every worker's resources at once (again after a node loss, off the nodes
+        ``gone``), or time out."""
         n = self.scaling.num_workers
         if self.pg is None:
             self.pg = placement_group(
@@ -120,7 +127,7 @@ class FixedSlots(_OneGroup):
         ask = _AutoscalerAsk(self.bundle, n)
         while True:
             done, _ = ray.wait([ready], timeout=1.0)
-            if done and self._off_dead_nodes(n, usable, start + timeout_s, on_wait):
+            if done and self._off_gone_nodes(n, set(gone), start + timeout_s, on_wait):
                 ask.withdraw()  # placed: let idle nodes go when the run ends
                 return list(range(n)), WorldSize(n)
             if ask.maybe_ask():
@@ -166,10 +173,12 @@ class TrialSlots(_OneGroup):
         self.pg = pg
         self.n = scaling.num_workers
 
-    def place(self, timeout_s: float, on_wait, usable=None) -> tuple[list[int], WorldSize]:
+    def place(
+        self, timeout_s: float, on_wait, usable=None, gone=frozenset()
+    ) -> tuple[list[int], WorldSize]:
         deadline = time.monotonic() + timeout_s
         done, _ = ray.wait([self.pg.ready()], timeout=timeout_s)
-        if not done or not self._off_dead_nodes(self.n, usable, deadline, on_wait):
+        if not done or not self._off_gone_nodes(self.n, set(gone), deadline, on_wait):
             raise PlacementTimeoutError(f"the trial's placement group not ready in {timeout_s} s")
         return list(range(self.n)), WorldSize(self.n)
 
@@ -222,13 +231,15 @@ class ElasticSlots:
         timeout_s: float,
         on_wait: Callable[[str, float], None],
         usable: Callable[[dict[int, str]], list[int]],
+        gone: set[str] = frozenset(),
     ) -> tuple[list[int], WorldSize]:
         """The slots to run on: as many as can be had (up to max), once at least min can.
 
         Waits up to ``elastic_wait_s`` for the best size before settling for fewer,
         and up to ``timeout_s`` for ``min``. ``usable`` filters the placed slots
         (the pool drops slots whose processes do not answer: a node that died but
-        that Ray has not declared dead yet).
+        that Ray has not declared dead yet); each slot is a group of its own, so
+        ``gone`` nodes are left by ``usable`` alone.
         """
         s = self.scaling
         best = choose_world_size(s, s.max_workers)
