@@ -40,3 +40,34 @@ def test_strict_strategies():
 def test_no_nodes():
     with pytest.raises(UnsatisfiableResourcesError, match="no alive nodes"):
         check_satisfiable({"CPU": 1}, 1, "SPREAD", [])
+
+
+class _Moving:
+    """A fixed group's slots as Ray's records show them, poll after poll: a bundle on a
+    killed node, then unplaced (Ray rescheduling it), then on a live node."""
+
+    def __init__(self, views):
+        from raytf.group.slots import FixedSlots
+
+        self.slots = object.__new__(FixedSlots)
+        self.views = list(views)
+        self.slots.placed = lambda: self.views.pop(0) if len(self.views) > 1 else self.views[0]
+
+
+def test_a_fixed_group_waits_for_ray_to_move_its_slot_off_a_node_proven_gone():
+    """A killed node reads alive until Ray's health checks fail (15 s by default) and the
+    group's bundle on it reads placed: a restart that trusted it put rank 1 on the dead
+    node and spent a second retry. It waits until the bundle is elsewhere."""
+    import time
+
+    waits = []
+    moving = _Moving([{0: "a", 1: "dead"}, {0: "a"}, {0: "a", 1: "b"}])
+    deadline = time.monotonic() + 30
+    assert moving.slots._off_gone_nodes(2, {"dead"}, deadline, lambda w, s: waits.append(w))
+    assert len(waits) == 2 and "off a node that stopped answering" in waits[0]
+    assert moving.views == [{0: "a", 1: "b"}]
+    # Nothing gone (a standby that died alone says nothing of its node): no wait at all.
+    assert _Moving([{0: "a", 1: "a"}]).slots._off_gone_nodes(2, set(), deadline, None)
+    # Still there at the deadline: not placed (the caller's timeout error says so).
+    stuck = _Moving([{0: "a", 1: "dead"}])
+    assert not stuck.slots._off_gone_nodes(2, {"dead"}, time.monotonic() + 0.6, lambda *_: None)
