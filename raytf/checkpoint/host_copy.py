@@ -14,7 +14,8 @@ state), and the small per-rank state files from storage; else it downloads.
 
 Local storage needs none of it (the run directory is already a local read), so
 a copy is kept only with object storage. Cost: up to ``KEEP`` checkpoints of
-host memory per node per run, freed when the run finishes. A run that never
+host memory per node per run, one more while the newest committed step is older
+than both (its commit-waiting successors), freed when the run finishes. A run that never
 finishes (its driver killed, or out of failures) keeps its copies for a
 relaunch to resume from; the first rank of each node that starts a run removes
 other runs' copies not written for ``RAYTF_HOST_COPY_MAX_AGE_S`` (a day by
@@ -24,6 +25,7 @@ default), so they do not fill host memory until the node restarts
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -33,7 +35,8 @@ import tempfile
 import time
 import uuid
 
-from raytf.checkpoint.layout import TF_PREFIX, parse_step_dirname
+from raytf.checkpoint.layout import TF_PREFIX, is_committed, parse_step_dirname
+from raytf.rundir.storage import Storage
 from raytf.settings import Settings
 
 logger = logging.getLogger("raytf")
@@ -47,12 +50,25 @@ def is_tf_file(name: str) -> bool:
 
 
 def node_copy(run_url: str, settings: Settings, sweep: bool) -> HostCopy:
-    """This node's copies for a run starting here; ``sweep``: the node's first rank
-    also removes other runs' stale copies (``HostCopy.sweep``)."""
-    copy = HostCopy(run_url, settings.host_copy_dir or None)
+    """This node's copies for a run starting here, which ask the run's storage whether
+    a step is committed; ``sweep``: the node's first rank also removes other runs'
+    stale copies (``HostCopy.sweep``)."""
+    asked = functools.partial(is_committed, Storage(run_url))
+    copy = HostCopy(run_url, settings.host_copy_dir or None, committed=asked)
     if sweep:
         copy.sweep(settings.host_copy_max_age_s)
     return copy
+
+
+def _asks(committed, step) -> bool:
+    """``committed(step)``, True where storage cannot answer (a copy kept is only memory;
+    one dropped may be the restart's), False with nothing to ask."""
+    if committed is None or step is None:
+        return False
+    try:
+        return bool(committed(step))
+    except Exception:  # noqa: BLE001 - any storage error: keep it
+        return True
 
 
 def private_dir(path: str) -> None:
@@ -79,13 +95,14 @@ def _being_written(path: str) -> bool:
 class HostCopy:
     """This node's copies for one run; ``root`` None: no copies (a no-op)."""
 
-    def __init__(self, run_url: str, root: str | None):
+    def __init__(self, run_url: str, root: str | None, committed=None):
         key = hashlib.sha256(run_url.encode()).hexdigest()[:16]
         # Per user, readable by its owner only: a node is shared, and a checkpoint is
         # the model (a shared directory also let the first user's mode lock others out).
         mine = f"raytf-checkpoints-{os.getuid()}"
         self.dir = os.path.join(root, mine, key) if root else None
         self._mine: set[str] = set()  # copy ids this process kept (what ``drop`` removes)
+        self.committed = committed  # step -> committed in the run's storage? (None: unasked)
 
     @property
     def enabled(self) -> bool:
@@ -131,13 +148,22 @@ class HostCopy:
     def keep(self, staging: str, dirname: str) -> str:
         """Make ``staging`` this node's copy of ``dirname``; returns its copy id.
 
-        Replaces an older copy of the same step (an attempt that never committed
-        it) and drops all but the newest ``KEEP`` steps.
+        Replaces an older copy of the same step (an attempt that never committed it),
+        and drops all but the newest ``KEEP`` steps. Where ``committed`` asks the run's
+        storage (``node_copy``), the copy of a committed step is what a restart reads:
+        a late write of that step never replaces it, and the newest committed copy
+        stays however many newer saves wait for their commit (a stalled store: saves
+        came faster than commits, the copies of two uncommitted steps pushed the
+        committed one out, and both ranks restored from the bucket).
         """
+        final = os.path.join(self.dir, dirname)
+        step = parse_step_dirname(dirname)
+        if os.path.isdir(final) and _asks(self.committed, step):
+            shutil.rmtree(staging, ignore_errors=True)  # the committed copy stays
+            return self._id_of(final) or ""
         copy_id = uuid.uuid4().hex
         with open(os.path.join(staging, _ID_FILE), "w") as f:
             f.write(copy_id)
-        final = os.path.join(self.dir, dirname)
         if os.path.isdir(final):
             shutil.rmtree(final, ignore_errors=True)
         try:
@@ -225,5 +251,10 @@ class HostCopy:
             step = parse_step_dirname(name)
             if step is not None:
                 steps.append((step, name))
-        for _, name in sorted(steps)[:-KEEP]:
-            shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+        older = sorted(steps)[:-KEEP]
+        # The newest committed one among them stays (asked newest first; a question
+        # storage cannot answer keeps it too).
+        spare = next((n for step, n in reversed(older) if _asks(self.committed, step)), None)
+        for _, name in older:
+            if name != spare:
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)

@@ -142,3 +142,46 @@ def test_copies_are_per_user_and_private(tmp_path):
     assert os.stat(mine).st_mode & 0o777 == 0o700
     assert {os.path.dirname(c.dir) for c in copies} == {str(mine)}
     assert all(os.stat(c.dir).st_mode & 0o077 == 0 for c in copies)
+
+
+def test_the_newest_committed_copy_outlives_newer_saves_waiting_for_their_commit(tmp_path):
+    """A stalled store: step 20 committed, then saves of 40, 60 and 80 kept here while
+    their commits waited. Keeping only the newest two dropped 20's copy, and the restart
+    from 20 read the bucket (the object-storage fault test saw both ranks do so). The
+    newest committed copy stays beside the newest two."""
+    committed = {20}
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path), committed=committed.__contains__)
+    _, manifest = _write(copy, 20)
+    for step in (40, 60, 80):
+        _write(copy, step)
+    kept = sorted(n for n in os.listdir(copy.dir) if not n.startswith("."))
+    assert kept == [step_dirname(s) for s in (20, 60, 80)]
+    assert copy.find(step_dirname(20), manifest)
+    committed.add(60)  # 60 commits: 20 is no longer the newest committed copy
+    _write(copy, 100)
+    kept = sorted(n for n in os.listdir(copy.dir) if not n.startswith("."))
+    assert kept == [step_dirname(s) for s in (60, 80, 100)]
+
+
+def test_a_late_write_of_a_committed_step_never_replaces_its_copy(tmp_path):
+    """A writer past the "is it committed?" check when the commit landed keeps its own
+    copy of that step: the manifest names the first, which must stay (else the restart
+    finds no copy it names and downloads)."""
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path), committed={20}.__contains__)
+    first, manifest = _write(copy, 20, b"committed")
+    late, _ = _write(copy, 20, b"late write")
+    assert late == first and copy.find(step_dirname(20), manifest)
+    with open(os.path.join(copy.dir, step_dirname(20), "ckpt.data-00000-of-00001"), "rb") as f:
+        assert f.read() == b"committed"
+    assert not [n for n in os.listdir(copy.dir) if n.startswith(".staging")]
+
+
+def test_a_store_that_cannot_answer_keeps_the_older_copy(tmp_path):
+    def unreachable(step):
+        raise ConnectionError("the endpoint stopped answering")
+
+    copy = HostCopy("s3://bucket/runs/a", str(tmp_path), committed=unreachable)
+    for step in (20, 40, 60):
+        _write(copy, step)
+    kept = sorted(n for n in os.listdir(copy.dir) if not n.startswith("."))
+    assert kept == [step_dirname(s) for s in (20, 40, 60)]
