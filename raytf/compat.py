@@ -67,9 +67,7 @@ def source_digest(root: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _own_digest() -> str:
-    import raytf
-
-    return source_digest(os.path.dirname(os.path.abspath(raytf.__file__)))
+    return source_digest(os.path.dirname(os.path.abspath(__file__)))  # raytf/, this file's
 
 
 def other_build(digests: list[str | None], where: list[str]) -> DependencyError | None:
