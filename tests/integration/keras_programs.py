@@ -225,6 +225,43 @@ def early_stop(keras, tf, pause):
     return model, history
 
 
+def best_weights(keras, tf, pause):
+    """EarlyStopping(restore_best_weights=True) stops after epoch 2 of six and puts epoch
+    1's weights back at the end of the call, after its last epoch's end."""
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = _model(keras)
+    stop = keras.callbacks.EarlyStopping(
+        monitor="loss", patience=0, min_delta=10.0, restore_best_weights=True
+    )
+    history = model.fit(ds, epochs=EPOCHS + 3, callbacks=[stop, pause], verbose=0)
+    return model, history
+
+
+def noise_layer(keras, tf, pause):
+    """A custom layer drawing noise from its own tf.random.Generator in training."""
+
+    class Noise(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.gen = tf.random.Generator.from_seed(SEED)
+
+        def call(self, x, training=False):
+            return x + 0.1 * self.gen.normal(tf.shape(x)) if training else x
+
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = keras.Sequential(
+        [keras.Input((NUM_FEATURES,)), Noise(), keras.layers.Dense(NUM_CLASSES)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = model.fit(ds, epochs=EPOCHS, callbacks=[pause], verbose=0)
+    return model, history
+
+
 def three_fits(keras, tf, pause):
     """Three fit calls of two epochs, the arrays reshuffled in place with NumPy's global
     RNG before each."""
@@ -275,6 +312,8 @@ PROGRAMS = {
         early_stop,
         three_fits,
         batch_norm,
+        best_weights,
+        noise_layer,
     )
 }
 

@@ -43,6 +43,9 @@ EXPECTED = {
     "three_fits": (EXACT, None),  # the calls before return with their NumPy state
     # The lost rank's own statistics: no emergency checkpoint without them, the last commit.
     "batch_norm": (EXACT, None),
+    # The save at the call's last epoch waits for fit's return, the best weights back.
+    "best_weights": (EXACT, None),
+    "noise_layer": (EXACT, None),  # the generator's state is in TF's checkpoint
 }
 ENDED = ("between_fits", "after_fit")
 # program -> its kill points, each (point, fit call): the points its calls reach (a call
@@ -59,10 +62,13 @@ POINTS = {
     "early_stop": ONE_CALL,
     "three_fits": [("mid_epoch", 2), ("last_batch", 0), ("between_fits", 1), ("after_fit", 0)],
     "batch_norm": [*ONE_CALL, ("validation", 0)],
+    "best_weights": ONE_CALL,
+    "noise_layer": ONE_CALL,
 }
 CI_MATRIX = [(p, "mid_epoch", 2 if p == "three_fits" else 1 if p == "ema_two_fits" else 0)
-             for p in sorted(EXPECTED) if p != "early_stop"]  # fmt: skip
+             for p in sorted(EXPECTED) if p not in ("early_stop", "best_weights")]  # fmt: skip
 CI_MATRIX += [("early_stop", "after_fit", 0), ("ema_two_fits", "between_fits", 0)]
+CI_MATRIX += [("best_weights", "after_fit", 0)]
 CI_MATRIX += [("batch_norm", "validation", 0), ("arrays", "last_batch", 0)]
 ALL = [(p, point, call) for p in sorted(POINTS) for point, call in POINTS[p]]
 MATRIX = ALL if os.environ.get("RAYTF_KERAS_MATRIX") == "all" else CI_MATRIX
