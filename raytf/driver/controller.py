@@ -1,12 +1,13 @@
 """The driver's control loop, as an explicit state machine.
 
-    SCHEDULING -> STARTING, ERRORED
+    SCHEDULING -> STARTING, RESTARTING, ERRORED
     STARTING -> RUNNING, SCHEDULING, RESTARTING, ERRORED
     RUNNING -> RUNNING, RESTARTING, FINISHED, ERRORED
     RESTARTING -> SCHEDULING, ERRORED
     any state -> STOPPED
 
-SCHEDULING places the slots (ERRORED: placement timed out). STARTING wires
+SCHEDULING places the slots (ERRORED: placement timed out, or a node's storage
+refused; RESTARTING: a node's storage check did not run). STARTING wires
 the actors (SCHEDULING again on a port clash; RESTARTING when set-up fails;
 ERRORED past ``max_port_retries`` or when the user's code cannot load).
 RUNNING polls (RESTARTING on a failure, hang, preemption or resize; ERRORED
@@ -213,8 +214,8 @@ class Controller(PollIntake):
         self._standbys_asked = False
         try:
             size = self.group.place(self.run_config.placement_timeout_s, self.progress.waiting)
-        except (PlacementTimeoutError, ConfigError) as exc:  # ConfigError: storage unshared
-            return self._fail(exc)
+        except (PlacementTimeoutError, ConfigError, WorkerSetupError) as exc:  # storage checks
+            return self._on_failure(exc) if isinstance(exc, WorkerSetupError) else self._fail(exc)
         self.world_size = size.workers
         self._execute(self.resizer.placed(size, self.pool.lost_nodes))
         return Next(State.STARTING)

@@ -27,7 +27,7 @@ from raytf.driver.failure_policy import protection_line
 from raytf.driver.listeners import Listeners
 from raytf.driver.progress import Progress
 from raytf.driver.run_dir_hold import hold_run_dir
-from raytf.group.actors import credential_env
+from raytf.group.actors import credential_env, worker_env
 from raytf.group.autoscaler import adds_machines
 from raytf.group.cluster import ensure_ray
 from raytf.group.feasibility import check_cluster, check_data_room
@@ -38,6 +38,7 @@ from raytf.group.shared_storage import (
     not_shared_error,
     unshared_nodes,
 )
+from raytf.group.storage_access import NodeAccessCheck
 from raytf.rundir.storage import check_storage, is_local
 from raytf.settings import Settings
 
@@ -110,6 +111,10 @@ def make_controller(
         if unshared:
             raise not_shared_error(run_config.storage_path, unshared)
         check = SharedStorageCheck(run_config.run_dir, run_config.storage_path)
+        pool_cls = functools.partial(pool_cls, storage_check=check)
+    elif not run_config.run_dir.startswith("memory://"):  # a store every node shares
+        env = {**worker_env(), **run_env(run_config)}  # what the pool gives its workers
+        check = NodeAccessCheck(run_config.run_dir, env)
         pool_cls = functools.partial(pool_cls, storage_check=check)
     progress = Progress(
         verbose=run_config.verbose, interval_s=run_config.progress_interval_s, stream=sys.stderr

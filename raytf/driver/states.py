@@ -29,7 +29,7 @@ class State(enum.Enum):
 
 S = State
 TRANSITIONS: dict[State, frozenset[State]] = {
-    S.SCHEDULING: frozenset({S.STARTING, S.ERRORED}),
+    S.SCHEDULING: frozenset({S.STARTING, S.RESTARTING, S.ERRORED}),
     S.STARTING: frozenset({S.RUNNING, S.SCHEDULING, S.RESTARTING, S.ERRORED}),
     S.RUNNING: frozenset({S.RUNNING, S.RESTARTING, S.FINISHED, S.ERRORED}),
     S.RESTARTING: frozenset({S.SCHEDULING, S.ERRORED}),

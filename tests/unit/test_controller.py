@@ -75,7 +75,9 @@ class FakeGroup:
         FakeGroup.created.append(self)
 
     def place(self, timeout_s, on_wait):
-        err = self.script.get("place_error")
+        err = self.script.get("place_errors", {}).get(self.attempt) or self.script.get(
+            "place_error"
+        )
         if err:
             raise err
         return WorldSize(self.n)
@@ -422,3 +424,16 @@ def test_shard_mismatch_fails_the_run_without_retry(tmp_path):
     with pytest.raises(TrainingFailedError, match="rank 0's shard ended after 7 batches"):
         ctrl.run()
     assert len(FakeGroup.created) == 1
+
+
+def test_a_storage_check_that_could_not_run_at_placement_costs_one_retry(tmp_path):
+    """A node where the shared-storage or access check could not run (it died after
+    placement, or is still installing the job's environment): the attempt is retried
+    and the check asked again, never the run ended."""
+    from raytf.errors import WorkerSetupError
+
+    polls = [[WorkerPoll(r, FINISHED, [], result=r) for r in range(2)]]
+    unanswered = WorkerSetupError("the check ... did not run on node 10.0.0.3: the next attempt")
+    ctrl = make_controller(tmp_path, {"polls": polls, "place_errors": {1: unanswered}})
+    result = ctrl.run()
+    assert result.attempts == 2 and [f.kind.value for f in ctrl.failures] == ["setup"]

@@ -2,6 +2,8 @@
 (``ConfigError``), a node where the check could not run costs an attempt and is asked
 again. Ray's part (the probe task on each node) runs in tests/integration/test_shared_storage.py."""
 
+import os
+
 import cloudpickle
 import pytest
 
@@ -59,3 +61,35 @@ def test_a_node_that_sees_another_disk_ends_the_run(check, monkeypatch):
     )
     with pytest.raises(ConfigError, match="not the same storage on every node"):
         check({"a", "b"})
+
+
+UNPICKLE_ACCESS = """
+import pickle, sys
+sys.modules["raytf"] = None  # an import of raytf fails here, as on a node without it
+probe = pickle.loads(sys.stdin.buffer.read())
+print(probe(sys.argv[1], "t0k3n", {"RAYTF_ACCESS_PROBE": "1"})[1])
+"""
+
+
+@pytest.mark.parametrize(
+    "url,answer",
+    [("{tmp}", "None"), ("nosuchstore://bucket/run", "could not open the store: ValueError")],
+)
+def test_the_access_probe_writes_reads_deletes_and_names_what_failed(tmp_path, url, answer):
+    """The task each node runs before its workers' first step, unpickled where raytf is
+    not importable: on a store it can use, it leaves nothing behind; else it names the
+    step it could not take."""
+    import subprocess
+    import sys
+
+    from raytf.group import storage_access
+
+    ran = subprocess.run(
+        [sys.executable, "-c", UNPICKLE_ACCESS, url.format(tmp=tmp_path)],
+        input=cloudpickle.dumps(storage_access._probe()),
+        capture_output=True,
+        text=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.decode().strip().startswith(answer)
+    assert os.listdir(tmp_path) == []  # the probe object is gone
