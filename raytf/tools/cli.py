@@ -215,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="print a run's state (--json for scripts)")
     status.add_argument("run_dir", help="the run directory: STORAGE_PATH/NAME")
-    status.add_argument("--json", action="store_true", help="state.json as it is, for scripts")
+    status.add_argument(
+        "--json", action="store_true", help="state.json (checkpoints still there), for scripts"
+    )
     status.set_defaults(func=_status)
     runs = sub.add_parser("runs", help="list the runs under a storage path, newest first")
     runs.add_argument("storage_path", help="RunConfig.storage_path: a directory or URL")
