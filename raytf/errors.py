@@ -87,7 +87,12 @@ class TrainingFailedError(RaytfError):
 
 
 class CheckpointRestoreError(RaytfError):
-    """A committed checkpoint could not be restored; the driver falls back to an older one."""
+    """A committed checkpoint could not be restored; the driver falls back to an older one.
+
+    Args:
+        url: The checkpoint's directory.
+        detail: What was wrong with it (a file missing, of another size, unreadable).
+    """
 
     def __init__(self, url: str, detail: str):
         self.url = url
@@ -130,7 +135,12 @@ class CheckpointMismatchError(ConfigError):
 
 class CheckpointStorageError(RaytfError):
     """Storage failed while a worker read a committed checkpoint (after its retries): an
-    infrastructure failure, retried like a lost worker. The checkpoint is not to blame."""
+    infrastructure failure, retried like a lost worker. The checkpoint is not to blame.
+
+    Args:
+        url: The checkpoint's directory.
+        detail: The storage error, after its retries.
+    """
 
     def __init__(self, url: str, detail: str):
         self.url = url

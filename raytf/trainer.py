@@ -101,9 +101,10 @@ class Trainer:
             TrainingFailedError: The run ended in failure. Its ``causes`` (first cause
                 first, also ``__cause__``) are raytf's errors: ``WorkerError`` (user code
                 raised), ``WorkerDiedError``, ``WorkerHangError``,
-                ``PlacementTimeoutError``, ``CheckpointMismatchError``,
-                ``StorageUnavailableError``, ``LeaseLostError``, ``DataShardError``,
-                ``DependencyError``; its ``result`` holds the partial ``Result``.
+                ``PlacementTimeoutError``, ``WorkerSetupError``, ``CheckpointMismatchError``,
+                ``CheckpointStorageError``, ``StorageUnavailableError``, ``LeaseLostError``,
+                ``DataShardError``, ``DependencyError``; its ``result`` holds the partial
+                ``Result``. Each is importable from ``raytf``.
         """
         return runner_for(self.run_spec()).run()
 

@@ -284,3 +284,16 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
     body = [line for line in lines if line.strip()]
     assert body[1] == "```bash"
     assert body[2].startswith("make demo") and body[3].startswith("make test")
+
+
+def test_every_error_a_failed_run_can_hold_is_importable_from_raytf():
+    """``TrainingFailedError.causes`` holds raytf's errors (its docstring names them):
+    each is importable where the user catches the failure."""
+    import raytf
+    from raytf.errors import TrainingFailedError
+
+    doc = " ".join(raytf.Trainer.fit.__doc__.split())
+    named = set(re.findall(r"``(\w+Error)``", doc))
+    assert {"WorkerError", "WorkerDiedError", "WorkerSetupError", "CheckpointStorageError"} <= named
+    assert named <= set(raytf.__all__), sorted(named - set(raytf.__all__))
+    assert TrainingFailedError.__name__ in raytf.__all__
