@@ -86,7 +86,8 @@ def _pause(keras, seconds: float, kill_at=None, kill_call: int = 0, marker=None)
             if self.calls == kill_call and self.epoch == 1:
                 if batch == 1:
                     self.hold("mid_epoch")
-                if batch == self.params["steps"] - 1:
+                # Keras knows no epoch length for some inputs (None): every program's is STEPS.
+                if batch == (self.params.get("steps") or STEPS) - 1:
                     self.hold("last_batch")
 
         def on_test_batch_end(self, batch, logs=None):
