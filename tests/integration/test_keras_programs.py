@@ -48,6 +48,9 @@ EXPECTED = {
     "noise_layer": (EXACT, None),  # the generator's state is in TF's checkpoint
 }
 ENDED = ("between_fits", "after_fit")
+# Programs whose ranks keep values of their own (BatchNormalization's statistics): each
+# rank's digest is held to the same rank's in the reference instead.
+PER_RANK = {"batch_norm"}
 # program -> its kill points, each (point, fit call): the points its calls reach (a call
 # of one epoch has no second epoch; validation needs validation data).
 ONE_CALL = [("mid_epoch", 0), ("last_batch", 0), ("after_fit", 0)]
@@ -115,7 +118,8 @@ def test_a_killed_program_ends_exact_or_says_why_not(
     # Finished: every epoch the uninterrupted run trained is in the History.
     assert sorted(got["history"]) == sorted(ref["history"])
     assert len(got["history"]["loss"]) == len(ref["history"]["loss"])
-    assert len(set(got["digests"])) == 1, "the ranks ended with different weights"
+    if program not in PER_RANK:  # their mirrored weights: every rank's the same
+        assert len(set(got["digests"])) == 1, "the ranks ended with different weights"
     said = [line for line in output.splitlines() if "not exact" in line]
     outcome = EXACT if got == ref else SAID if said else "silent divergence"
     expected, words = (EXACT, None) if point in ENDED else EXPECTED[program]
