@@ -214,6 +214,29 @@ def test_the_last_save_of_a_call_that_restores_its_best_weights_waits_for_them(c
     assert "not exact" not in capfd.readouterr().out
 
 
+def averaged(ctx: Context):
+    """Adam(use_ema=True): fit puts the moving averages into the weights after its last
+    epoch's end, before it returns."""
+    keras.utils.set_random_seed(SEED)
+    x, y = data()
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05, use_ema=True, ema_overwrite_frequency=None),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = fit(ctx, model, batches(x, y), epochs=2, verbose=0)
+    return model, history, np.random.standard_normal(3)
+
+
+def test_the_last_save_of_a_call_holds_the_averaged_weights_fit_ends_with():
+    """A save at the call's last epoch end held the weights before the averages went in,
+    and a restart that returned at once from that call kept them: another model. The
+    save waits for fit's return."""
+    reference, restarted, taken = run(averaged, 2 * STEPS)
+    assert taken["states"][fit_resume.STATE_NAME]["returned"] is True
+    assert same(reference, restarted)
+
+
 def test_only_the_newest_ends_are_kept_and_a_replay_past_them_says_so(capfd):
     ends = rng_ends.RngEnds()
     for index in range(rng_ends.KEPT + 3):

@@ -8,7 +8,7 @@ a few numbers, so they ride in the ``fit`` call's place and are put back after
 that ``on_train_begin``. What is not a number (``EarlyStopping``'s best
 weights, with ``restore_best_weights=True``) is not carried: a resume inside the
 call says so, and the save at the call's last step waits for ``fit`` to return,
-after those weights are put back (``sets_weights_at_end``). A callback of the
+after those weights are put back (``raytf.worker.fit.keeper``). A callback of the
 user's own keeps its Python state only if it keeps it in something the
 checkpoint holds.
 
@@ -77,17 +77,6 @@ def capture(callbacks: list) -> list:
             state["had_best_weights"] = 1
         out.append([kind, state])
     return out
-
-
-def sets_weights_at_end(callbacks: list) -> bool:
-    """Will a callback set the model's weights in ``on_train_end``? (EarlyStopping with
-    ``restore_best_weights=True``, once it has best weights.)"""
-    return any(
-        _kind(c) == "EarlyStopping"
-        and getattr(c, "restore_best_weights", False)
-        and getattr(c, "best_weights", None) is not None
-        for c in callbacks
-    )
 
 
 def restore(callbacks: list, saved: list | None) -> list[str]:

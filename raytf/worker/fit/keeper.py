@@ -5,7 +5,10 @@ A step is handed to raytf (``step_end``, where a checkpoint the run asks for is
 taken) when the next batch begins or the epoch ends, not when it finishes: only
 then is it known whether the step was the epoch's last (an epoch of unknown
 length ends when its data does), and a checkpoint at an epoch's last step must
-be the epoch's end, taken after its validation and its report.
+be the epoch's end, taken after its validation and its report. The call's last
+epoch end is handed over once more when ``fit`` returns, and only then as a step a
+checkpoint may hold: between the two, Keras puts the EMA weights in
+(``use_ema``) and callbacks end (``EarlyStopping`` puts its best weights back).
 
 Reports are per epoch, so the driver's history is Keras's ``History``. Keras's
 TF backend turns every batch's logs into numbers whether or not a callback
@@ -172,9 +175,10 @@ class Keeper(keras.callbacks.Callback):
         ending = self.stopped or self.epoch >= self.epochs  # the call's last step
         if ending:
             self.rng_after = rng_state()
-        # A callback that sets the weights at the call's end (EarlyStopping's best ones):
-        # no checkpoint of this step holds them yet, so a save waits for fit's return.
-        self._deferred = ending and callback_state.sets_weights_at_end(self.user_callbacks)
+        # What fit does after its last epoch's end changes the state: EMA weights put in
+        # (use_ema), EarlyStopping's best weights put back (on_train_end). No checkpoint
+        # of this step holds them yet, so a save due here waits for fit's return.
+        self._deferred = ending
         # After the report: a checkpoint at an epoch's end never lacks that epoch's logs.
         self.ctx.step_end(self.step, resumable=not self._deferred)
 
