@@ -6,10 +6,9 @@ drop one again (local mode once built the checkpointer by hand without
 
 import dataclasses
 
-import tensorflow as tf
-
 from raytf.messages import CheckpointPlan
 from raytf.worker.host import RankHost
+from tests.unit.one_rank import one_rank
 
 # Each field, a value other than its default, and where the rank keeps it.
 SEEN = {
@@ -33,17 +32,7 @@ SEEN = {
 def open_host(storage, plan: CheckpointPlan, **rank) -> RankHost:
     """A rank's host opened with ``plan``, as a worker and local mode open theirs."""
     host = RankHost()
-    host.open(
-        strategy=tf.distribute.get_strategy(),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        node_ip="127.0.0.1",
-        config={},
-        run_dir=storage.url(),
-        plan=plan,
-        **rank,
-    )
+    host.open(**one_rank(run_dir=storage.url(), plan=plan, **rank))
     return host
 
 

@@ -15,22 +15,14 @@ import tensorflow as tf
 
 from raytf.worker.context import TrainContext, _ReportBuffer
 from raytf.worker.fit import resume as fit_resume
+from tests.unit.one_rank import one_rank
 
 
 class Labels(TrainContext):
     """A worker's context that keeps every label handed to ``step_end``."""
 
     def __init__(self):
-        super().__init__(
-            strategy=tf.distribute.get_strategy(),
-            rank=0,
-            world_size=1,
-            local_rank=0,
-            node_ip="127.0.0.1",
-            config={},
-            run_dir="",
-            buffer=_ReportBuffer(),
-        )
+        super().__init__(**one_rank(run_dir="", buffer=_ReportBuffer()))
         self.labels: list[int] = []
 
     def step_end(self, step: int, *, resumable: bool = True) -> None:

@@ -29,21 +29,13 @@ def test_an_unpicklable_return_value_names_the_rank():
 
 
 def _context(storage, parts):
-    import tensorflow as tf
-
     from raytf.worker.context import TrainContext, _ReportBuffer
+    from tests.unit.one_rank import one_rank
     from tests.unit.test_worker_checkpointer import checkpointer
 
+    ckpt = checkpointer(storage, parts, every_steps=5)
     return TrainContext(
-        strategy=tf.distribute.get_strategy(),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        node_ip="127.0.0.1",
-        config={},
-        run_dir=storage.url(),
-        buffer=_ReportBuffer(),
-        checkpointer=checkpointer(storage, parts, every_steps=5),
+        **one_rank(run_dir=storage.url(), buffer=_ReportBuffer(), checkpointer=ckpt)
     )
 
 
