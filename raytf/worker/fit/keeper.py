@@ -172,13 +172,11 @@ class Keeper(keras.callbacks.Callback):
         self.epoch, self.batch, self._pending = epoch + 1, 0, False
         # Keras reads ``stop_training`` after ``on_epoch_end`` (this callback is last).
         self.stopped = self.stopped or bool(getattr(self.model, "stop_training", False))
-        ending = self.stopped or self.epoch >= self.epochs  # the call's last step
-        if ending:
-            self.rng_after = rng_state()
-        # What fit does after its last epoch's end changes the state: EMA weights put in
-        # (use_ema), EarlyStopping's best weights put back (on_train_end). No checkpoint
-        # of this step holds them yet, so a save due here waits for fit's return.
-        self._deferred = ending
+        # The call's last step. What fit does after its last epoch's end changes the
+        # state: EMA weights put in (use_ema), EarlyStopping's best weights put back
+        # (on_train_end). No checkpoint of this step holds them yet, so a save due here
+        # waits for fit's return (``finished``, which takes the RNGs' state there too).
+        self._deferred = self.stopped or self.epoch >= self.epochs
         # After the report: a checkpoint at an epoch's end never lacks that epoch's logs.
         self.ctx.step_end(self.step, resumable=not self._deferred)
 
