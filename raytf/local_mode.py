@@ -91,6 +91,7 @@ def _run_here(fn: Any, config: dict, scaling: Any, run_config: Any, writer) -> R
 
     def on_commit(ckpt) -> None:
         status.checkpoints = ckpts.kept[-20:]
+        events.emit("on_commit", ckpt)
         events.emit("on_checkpoint", ckpt.step, ckpt.path)
 
     def on_part(part: CheckpointPart) -> None:  # one rank: its part is the whole checkpoint

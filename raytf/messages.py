@@ -104,8 +104,9 @@ class CheckpointPart:
     copy_id: str | None = None  # this node's copy in host memory (raytf.checkpoint.host_copy)
     structure: dict | None = None  # the TF files' writer: its models' shapes (worker.structure)
     finite: bool | None = None  # the chief: its weights were all finite (None: not checked)
-    # Its staging directory (raytf.checkpoint.layout.staged_dir), moved into the step at
-    # the commit; None: written into the step's directory itself (before staging).
+    # Its folder of its own (raytf.checkpoint.layout.staged_dir), moved into the step at
+    # a local commit, named by an object store's; None: written into the step's
+    # directory itself (before staging).
     staged: str | None = None
     # An emergency part of a rank that keeps its own values of some variables (each
     # worker's BatchNormalization statistics, raytf.checkpoint.rank_local): a dead rank's

@@ -85,19 +85,26 @@ def _command(prefix: str, parser: argparse.ArgumentParser, help_text: str) -> li
 
 def cli_markdown() -> str:
     """Every ``raytf`` sub-command, its usage and arguments, from ``build_parser()``."""
+    from raytf.bench.checkpoints import parse_args as checkpoints_args
     from raytf.bench.main import parse_args as bench_args
     from raytf.tools.cli import build_parser
+
+    def help_of(parse) -> str:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+            parse(["--help"])
+        return text.getvalue().strip()
 
     parser = build_parser()
     helps = _helps(parser)
     out = []
     for name, sub in _subparsers(parser).items():
-        if name == "bench":  # its own parser takes every option after the word
-            text = io.StringIO()
-            with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
-                bench_args(["--help"])
+        if name == "bench":  # its own parsers take every option after the word
             out += ["### `raytf bench`", "", _cell(helps[name]) + ".", ""]
-            out += ["```text", text.getvalue().strip(), "```", ""]
+            out += ["```text", help_of(bench_args), "```", ""]
+            out += ["### `raytf bench checkpoints`", ""]
+            out += ["A large model's checkpoints: overhead, recovery, goodput, and by size.", ""]
+            out += ["```text", help_of(checkpoints_args), "```", ""]
             continue
         out += _command(f"raytf {name}", sub, helps.get(name, ""))
     return "\n".join(out)

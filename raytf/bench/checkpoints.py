@@ -3,6 +3,7 @@
     raytf bench checkpoints                               # local disk, a temp dir
     raytf bench checkpoints --storage s3://bucket/bench   # object storage (fsspec's env)
     raytf bench checkpoints --smoke                       # seconds: every figure, tiny
+    raytf bench checkpoints --sizes-mb 300,1500 --stores local,s3 --json FILE  # by size
 
 raytf only (the comparison with hand-launched MWMS and Ray Train is ``raytf
 bench``). The model is an MLP 1024-4096-4096-1024 with Adam: 25.2M parameters, a
@@ -20,7 +21,9 @@ figure comes from whole runs of 2 workers, a checkpoint every 20 steps:
 - goodput: as many steps as ``--goodput-minutes`` hold at the first mode's median
   step, with rank 1 SIGKILLed every ``--kill-every`` seconds: the steps whose work
   was kept, at the median of their step times (every attempt's, reported as they
-  run), over the wall time from ``fit()`` to its return.
+  run), over the wall time from ``fit()`` to its return;
+- results (``--sizes-mb``, ``--stores``): commit, save stall and restore by
+  checkpoint size and store, one row each (``raytf.bench.sizes``).
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
     t = np.array(out["times"][5:] if len(out["times"]) > 10 else out["times"])
     median = float(np.median(t))
     figs = {
+        "name": name,
         "mode": mode,
         "params": out["params"],
         "median_step_s": median,
@@ -251,7 +255,15 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="a tiny model, short runs (the test)")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="file for the raw figures")
+    p.add_argument("--sizes-mb", default="", help="checkpoint sizes, e.g. 300,1500 (results)")
+    p.add_argument("--stores", default="local,s3", help="with --sizes-mb: local, s3")
+    p.add_argument("--s3-url", default=None, help="s3 store: this bucket, not the loopback one")
     args = p.parse_args(argv)
+    if args.sizes_mb:  # by size only, unless parts are asked for; short runs at size
+        # Paced, so that the kill after the second save finds the run still training
+        # (state.json, what the killer reads, is written once a second).
+        p.set_defaults(parts="sizes", steps=30, checkpoint_every=5, step_sleep=0.15)
+        args = p.parse_args(argv)
     if args.smoke:  # smaller defaults; what the command line gives still wins
         # Paced: a tiny model's 60 steps took 0.2 s, over before state.json (written once
         # a second) showed the step the recovery run's kill waits for.
@@ -264,11 +276,24 @@ def parse_args(argv) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from raytf.bench import sizes
     from raytf.group.cluster import ensure_ray
 
-    ensure_ray()
+    sizing = bool(args.sizes_mb) and "sizes" in set(args.parts.split(","))
+    # Before Ray starts: the workers inherit the loopback store's endpoint and keys.
+    stores = sizes.Stores(args.stores.split(","), args.s3_url) if sizing else None
+    try:
+        ensure_ray()
+        return _run(args, stores)
+    finally:
+        if stores is not None:
+            stores.close()
+
+
+def _run(args, stores) -> dict:
     kill_at = 2 * args.checkpoint_every  # right on a save: the worst case for an async one
     figures: dict = {"storage": args.storage, "overhead": [], "recovery": [], "goodput": []}
+    figures["results"] = []
 
     def show(kind: str, figs: dict) -> None:
         figures[kind].append(figs)
@@ -277,6 +302,10 @@ def main(argv=None) -> dict:
 
     modes = [m for m in args.modes.split(",") if m]
     parts = set(args.parts.split(","))
+    if stores is not None:
+        from raytf.bench import sizes
+
+        sizes.run(args, stores, one_run, show)
     for mode in modes if "overhead" in parts else []:
         show("overhead", with_cpu_per_save(one_run(args, mode), figures["overhead"]))
     copies = [True, False] if not Storage(args.storage).local else [True]

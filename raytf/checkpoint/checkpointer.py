@@ -6,9 +6,9 @@ agreed through TF's coordination service, termination notices).
 
 The chief writes the real TF files; other ranks write theirs to a private
 scratch directory and delete it (TF's multi-worker pattern), and every rank
-writes its own RNG state file, so nothing collides. Each rank's part is
-staged apart (``raytf.checkpoint.layout.staged_dir``), never in the step's
-directory: the driver's commit moves it there.
+writes its own RNG state file, so nothing collides. Each rank's part goes to a
+folder of its own (``raytf.checkpoint.layout.staged_dir``), never to a name a
+committed checkpoint holds: the driver's commit makes it part of the step.
 """
 
 from __future__ import annotations
@@ -341,9 +341,9 @@ class WorkerCheckpointer:
         if committed:
             print(refused_line(self.rank, step, "checkpoint"), flush=True)
             return
-        # Staged, never written into the step's directory: the commit moves it there.
+        # A folder of this write's own: the commit names it (or moves it, on a disk).
         name = layout.stage_name(self.rank)
-        where = (self.ckpt_dir, *layout.staged_dir(step, name))
+        where = (self.ckpt_dir, *layout.staged_dir(self.storage, step, name))
         real = self.storage.path(*where) if self.storage.local else None
         files: dict[str, int] = {}
 

@@ -18,17 +18,17 @@ from raytf.checkpoint.layout import (
     CKPT_DIR,
     COMMITTED_ALREADY,
     SCORES,
-    STAGING,
     CommittedCheckpoint,
     StepCommitted,
     clear_staging,
     commit,
     committed,
+    drop_parts,
     newest_intact,
     step_dirname,
 )
 from raytf.checkpoint.retention import mark_bad, marked_bad, prune, ranked
-from raytf.checkpoint.staging import StagedPartGone, remove_quietly
+from raytf.checkpoint.staging import StagedPartGone
 from raytf.config import CheckpointConfig
 from raytf.messages import CheckpointPart, CheckpointPlan
 from raytf.rundir.storage import Storage
@@ -212,7 +212,7 @@ class CheckpointCommits:
             if step in self.kept or (self.latest is not None and step <= self.latest.step):
                 if step in ready:  # a manifest owed since before the newer commit is not
                     self.say(self._late(step))
-                    remove_quietly(self.storage, (CKPT_DIR, STAGING, step_dirname(step)))
+                    drop_parts(self.storage, step, ranks)
                 continue
             ckpt = self._commit(step, ranks, tries, attempt)
             if ckpt is not None:

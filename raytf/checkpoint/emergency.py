@@ -169,8 +169,8 @@ def emergency_part(checkpointer, write_tf: bool, committed: int | None = None):
             )  # fmt: skip
     dirname = step_dirname(step)
     storage = checkpointer.storage
-    staged = stage_name(checkpointer.rank)  # staged as every save is: the commit moves it
-    where = (checkpointer.ckpt_dir, *staged_dir(step, staged))
+    staged = stage_name(checkpointer.rank)  # staged as every save is (layout.staged_dir)
+    where = (checkpointer.ckpt_dir, *staged_dir(storage, step, staged))
     real = storage.path(*where) if storage.local else None
     host = checkpointer.host_copy
     keep = real is None and write_tf and host.enabled

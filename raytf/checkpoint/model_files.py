@@ -14,7 +14,14 @@ import os
 import tempfile
 from typing import Any
 
-from raytf.checkpoint.layout import CKPT_DIR, TF_PREFIX, committed, step_dirname
+from raytf.checkpoint.layout import (
+    CKPT_DIR,
+    MANIFEST,
+    TF_PREFIX,
+    committed,
+    fetch,
+    step_dirname,
+)
 from raytf.rundir.storage import Storage
 
 MODEL_DIR = "model"
@@ -43,7 +50,8 @@ def _model_from_checkpoint(storage: Storage, step: int | None) -> tuple[Any, int
     with storage.fs.open(storage.path(MODEL_DIR, ARCHITECTURE), "r") as f:
         model = keras.models.model_from_json(f.read())
     with tempfile.TemporaryDirectory(prefix="raytf-export-") as scratch:
-        storage.download_dir(scratch, CKPT_DIR, step_dirname(step))
+        step_dir = Storage(storage.url(CKPT_DIR, step_dirname(step)))
+        fetch(step_dir, scratch, step_dir.read_json(MANIFEST))
         status = tf.train.Checkpoint(model=model).read(os.path.join(scratch, TF_PREFIX))
         status.expect_partial()  # the optimizer and raytf's step counter stay behind
     return model, step

@@ -26,7 +26,7 @@ from raytf.checkpoint import structure as structures
 from raytf.checkpoint import unbroadcast
 from raytf.checkpoint.emergency import state_file_for
 from raytf.checkpoint.host_copy import HostCopy, is_tf_file
-from raytf.checkpoint.layout import MANIFEST, TF_PREFIX, parse_step_dirname
+from raytf.checkpoint.layout import MANIFEST, TF_PREFIX, fetch, parse_step_dirname
 from raytf.errors import CheckpointMismatchError, CheckpointRestoreError, CheckpointStorageError
 from raytf.rundir.storage import Storage, cause, retrying
 
@@ -127,9 +127,9 @@ def locate(storage: Storage, host_copy: HostCopy, url: str) -> Located:
     try:
         host = host_copy.find(os.path.basename(url.rstrip("/")), manifest)
         if host is None:
-            src.download_dir(scratch)
+            fetch(src, scratch, manifest)
             return Located(scratch, scratch, scratch, "storage", manifest)
-        src.download_dir(scratch, names=[n for n in manifest["files"] if not is_tf_file(n)])
+        fetch(src, scratch, manifest, names=[n for n in manifest["files"] if not is_tf_file(n)])
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)  # a retry makes its own
         raise
@@ -179,7 +179,9 @@ def read_committed(
             logger.warning("rank %d: host copy %s unusable (%s)", rank, where.tf_dir, exc)
             shutil.rmtree(where.tf_dir, ignore_errors=True)
             try:
-                retrying(lambda: Storage(url).download_dir(where.scratch), f"reading {url}")
+                retrying(
+                    lambda: fetch(Storage(url), where.scratch, where.manifest), f"reading {url}"
+                )
             except FileNotFoundError:
                 raise
             except Exception as err:  # noqa: BLE001 - the store, not the checkpoint

@@ -1,27 +1,23 @@
-"""Moving a checkpoint's staged files into its step directory at the commit.
+"""Moving a checkpoint's staged files into its step directory at the commit, on a
+local or shared file system (an object store moves nothing: its parts stay where
+they were written, ``raytf.checkpoint.layout.parts_stay``).
 
 Workers stage their parts beside the committed checkpoints, never inside one
-(``raytf.checkpoint.layout`` says where); the driver's commit moves them into
-place and only then writes the manifest. The moves are the commit's own, so
-they follow its rules: safe to try again after a failure (a file already
-moved is found at its place), and never partial at a name a reader acts on
-(nothing in a step directory counts before its manifest).
-
-A local or shared file system renames: each file into one gathering
+(``raytf.checkpoint.layout`` says where); the driver's commit renames them into
+place and only then writes the manifest: each file into one gathering
 directory, then that directory to the step's name, one ``os.replace`` (a
-step's directory appears whole or not at all). An object store has no
-rename: each file is copied to its place (server-side) and deleted, in
-parallel as uploads are. That costs the driver's loop a copy of the
-checkpoint's bytes inside the store at every commit, which is what a
-committed step that no late writer can alter costs there.
+step's directory appears whole or not at all), so the step's directory is flat
+as every earlier layout was. The moves are the commit's own, so they follow its
+rules: safe to try again after a failure (a file already moved is found at its
+place), and never partial at a name a reader acts on (nothing in a step
+directory counts before its manifest).
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
-from raytf.rundir.storage import UPLOAD_THREADS, Storage
+from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 
@@ -60,12 +56,8 @@ def move_in(
             if not storage.exists(*target, name):
                 raise StagedPartGone(f"staged file {'/'.join(src)} is gone") from None
 
-    if storage.local:
-        for src, name in moves:
-            move(src, name)
-    else:
-        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(moves))) as pool:
-            list(pool.map(lambda m: move(*m), moves))  # re-raises the first that failed
+    for src, name in moves:
+        move(src, name)
     if gather is None:
         return  # moved in place
     if storage.exists(*final):

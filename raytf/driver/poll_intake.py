@@ -80,6 +80,7 @@ class PollIntake:
     def _on_commit(self, ckpt) -> None:
         """Every commit, an emergency one included: status, callbacks, a verbose line."""
         self.status.checkpoints = self.ckpts.kept[-20:]
+        self.events.emit("on_commit", ckpt)  # the run's record: its commit time too
         self.events.emit("on_checkpoint", ckpt.step, ckpt.path)
         if self.run_config.verbose >= 2:
             self.progress.message(f"committed checkpoint at step {ckpt.step}")

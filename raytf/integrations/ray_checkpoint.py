@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from raytf.checkpoint.layout import safe_name
+from raytf.checkpoint.layout import copy_flat, safe_name
 from raytf.errors import ConfigError
 from raytf.rundir.storage import Storage
 
@@ -56,7 +56,7 @@ class Checkpoint:
             The local directory written.
         """
         path = path or tempfile.mkdtemp(prefix="raytf-checkpoint-")
-        Storage(self.path).download_tree(path)
+        copy_flat(Storage(self.path), dest=path)  # a raytf checkpoint's files side by side
         return path
 
     @contextlib.contextmanager

@@ -40,7 +40,13 @@ from typing import Any
 from ray import tune
 from ray.util import get_current_placement_group
 
-from raytf.checkpoint.layout import CKPT_DIR, MANIFEST, parse_step_dirname, step_dirname
+from raytf.checkpoint.layout import (
+    CKPT_DIR,
+    MANIFEST,
+    copy_flat,
+    parse_step_dirname,
+    step_dirname,
+)
 from raytf.config import ScalingConfig
 from raytf.driver.launch import RunSpec, make_controller
 from raytf.driver.listeners import Listeners
@@ -210,7 +216,7 @@ def trainable(spec: RunSpec) -> type[tune.Trainable]:
                 name = step_dirname(latest.step)
                 dest = os.path.join(checkpoint_dir, name)
                 try:  # the run may live on an object store: go through raytf's Storage
-                    Storage(self._run_config.run_dir).download_dir(dest, CKPT_DIR, name)
+                    copy_flat(Storage(self._run_config.run_dir), CKPT_DIR, name, dest=dest)
                 except OSError:
                     # The driver committed a newer one meanwhile and pruned this one
                     # (num_to_keep): copy the newer one instead.

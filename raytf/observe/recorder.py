@@ -94,8 +94,9 @@ class RunRecorder:
         log.write("".join(line + "\n" for line in lines))
         log.flush()
 
-    def on_checkpoint(self, step: int, path: str) -> None:
-        self._write("checkpoint", step=step, path=path)
+    def on_commit(self, ckpt) -> None:
+        """Every commit (raytf's own event: users' callbacks hear ``on_checkpoint``)."""
+        self._write("checkpoint", step=ckpt.step, path=ckpt.path, commit_s=ckpt.commit_s)
         self._feed("metrics", self.metrics.on_checkpoint)
         self.events.flush()
 

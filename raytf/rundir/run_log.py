@@ -7,7 +7,7 @@ it (``raytf.observe``); a partial last line (a driver killed mid-write) is
 skipped by the reader. Record types, each with ``time`` (wall seconds):
 
 - ``report``: ``rank``, ``attempt``, ``step`` (or null), ``metrics``, ``examples``; every rank's
-- ``checkpoint``: ``step``, ``path``: a commit
+- ``checkpoint``: ``step``, ``path``, ``commit_s`` (the driver's time for it): a commit
 - ``failure``: ``attempt``, ``kind``, ``error``
 - ``restart``: ``attempt`` (the new attempt's number)
 - ``total_steps``: ``value``: what the loop said it will run (``set_total_steps``)

@@ -236,14 +236,20 @@ class Storage:
 
     def download_dir(self, local_dir: str, *parts: str, names: list[str] | None = None) -> None:
         """Copy the directory's files (or only ``names``) into ``local_dir``."""
-        os.makedirs(local_dir, exist_ok=True)
         names = self.listdir(*parts) if names is None else names
+        self.download_files(local_dir, {name: (*parts, name) for name in names})
 
-        def get(name: str) -> None:
-            self.fs.get_file(self.path(*parts, name), os.path.join(local_dir, name))
+    def download_files(self, local_dir: str, sources: dict[str, tuple[str, ...]]) -> None:
+        """Copy each file (a local name: its path in the storage) into ``local_dir``,
+        in parallel."""
+        os.makedirs(local_dir, exist_ok=True)
 
-        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(names) or 1)) as pool:
-            list(pool.map(get, names))
+        def get(item: tuple[str, tuple[str, ...]]) -> None:
+            name, src = item
+            self.fs.get_file(self.path(*src), os.path.join(local_dir, name))
+
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(sources) or 1)) as pool:
+            list(pool.map(get, sources.items()))
 
     def download_tree(self, local_dir: str, *parts: str) -> None:
         """Copy the directory with its subdirectories into ``local_dir`` (a SavedModel's

@@ -105,9 +105,8 @@ def s3(tmp_path_factory):
     (the in-process drivers) and handed to job subprocesses; stopped by pid at the end.
     The workers' host copies go to a directory of the session's own in host memory
     (``server.host_copies``), removed at the end, as runs the tests kill leave theirs."""
+    from raytf.bench.loopback_s3 import S3Server
     from raytf.rundir.storage import refresh_fsspec_env
-
-    from .s3_server import S3Server
 
     server = S3Server(str(tmp_path_factory.mktemp("moto"))).start()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

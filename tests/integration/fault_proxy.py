@@ -11,6 +11,8 @@ keep-alive connections meet the new mode at their next request):
   when it throttles;
 - ``reset``: the connection reset (RST) as soon as it is accepted;
 - ``slow``: forwarded, each chunk held ``SLOW_S`` first;
+- ``narrow``: forwarded at ``NARROW_BYTES_S`` each way per connection (a distant
+  region's link: a checkpoint of tens of MB takes seconds to go up);
 - ``stall``: accepted, never answered (a partition, an overloaded store).
 
 ``met`` counts the connections each mode served, so a test can show the
@@ -27,6 +29,7 @@ import time
 
 HOST = "127.0.0.2"
 SLOW_S = 0.3
+NARROW_BYTES_S = 3e6
 _SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
@@ -34,7 +37,7 @@ _SLOW_DOWN = (
 
 
 class FaultProxy:
-    MODES = ("pass", "503", "reset", "slow", "stall")
+    MODES = ("pass", "503", "reset", "slow", "stall", "narrow")
 
     def __init__(self, target_port: int, target_host: str = HOST):
         self.target = (target_host, target_port)
@@ -104,8 +107,10 @@ class FaultProxy:
         upstream.settimeout(None)
         self._keep(upstream)
         delay = SLOW_S if mode == "slow" else 0.0
-        threading.Thread(target=_pump, args=(upstream, client, delay), daemon=True).start()
-        _pump(client, upstream, delay)
+        per_byte = 1 / NARROW_BYTES_S if mode == "narrow" else 0.0
+        pump = (upstream, client, delay, per_byte)
+        threading.Thread(target=_pump, args=pump, daemon=True).start()
+        _pump(client, upstream, delay, per_byte)
 
     def _slow_down(self, client: socket.socket) -> None:
         """Read one request whole, answer 503 SlowDown, close."""
@@ -141,14 +146,14 @@ class FaultProxy:
             _close(client)
 
 
-def _pump(src: socket.socket, dst: socket.socket, delay: float) -> None:
+def _pump(src: socket.socket, dst: socket.socket, delay: float, per_byte: float = 0.0) -> None:
     try:
         while True:
             chunk = src.recv(65536)
             if not chunk:
                 break
-            if delay:
-                time.sleep(delay)
+            if delay or per_byte:
+                time.sleep(delay + per_byte * len(chunk))
             dst.sendall(chunk)
     except OSError:
         pass

@@ -18,7 +18,11 @@ def write_parts(
     parts = []
     for rank in range(world):
         own = stage_name(rank) if staged else None
-        where = (CKPT_DIR, *staged_dir(step, own)) if staged else (CKPT_DIR, step_dirname(step))
+        where = (
+            (CKPT_DIR, *staged_dir(storage, step, own))
+            if staged
+            else (CKPT_DIR, step_dirname(step))
+        )
         data = {f"state_rank{rank}.json": b"{}"}
         if rank == 0:
             data.update({"ckpt.index": b"i" * 10, "ckpt.data-00000-of-00001": b"d" * 100})

@@ -21,6 +21,7 @@ from raytf.checkpoint.layout import (
     CKPT_DIR,
     commit,
     latest_intact,
+    list_step_dirs,
     parse_step_dirname,
     staged_dir,
     staged_steps,
@@ -130,13 +131,15 @@ def step_of(parts: tuple[str, ...]) -> str | None:
     return next((p for p in parts if parse_step_dirname(p) is not None), None)
 
 
-def staged(part) -> tuple[str, ...]:
-    """Where a part waits for its commit (never the step's own directory)."""
-    return (CKPT_DIR, *staged_dir(part.step, part.staged))
+def staged(storage, part) -> tuple[str, ...]:
+    """Where a part waits for its commit (a folder of its own)."""
+    return (CKPT_DIR, *staged_dir(storage, part.step, part.staged))
 
 
 def remote_sizes(storage: Storage, part) -> dict[str, int]:
-    return {n: storage.size(*staged(part), n) for n in storage.listdir(*staged(part))}
+    return {
+        n: storage.size(*staged(storage, part), n) for n in storage.listdir(*staged(storage, part))
+    }
 
 
 @pytest.fixture
@@ -294,7 +297,7 @@ def test_async_interval_saves_report_true_files_and_restore_the_values_at_the_sa
     assert [(p.rank, p.step, p.reason) for p in parts] == [(0, 5, "interval"), (0, 10, "interval")]
     assert staged_steps(storage) == [5, 10] and storage.listdir(CKPT_DIR) == [".staging"]
     for part in parts:
-        d = storage.path(*staged(part))
+        d = storage.path(*staged(storage, part))
         on_disk = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)}
         assert part.files == on_disk
         assert {"ckpt.index", "state_rank0.json"} <= set(part.files)
@@ -403,7 +406,7 @@ def test_a_persist_that_fails_reports_nothing_and_the_next_save_still_works(
         train_step(model, optimizer, scale=-2.0)
         ck.flush()
         assert [(p.step, p.reason) for p in parts] == [(10, "interval")]
-        assert staged_steps(failing) == [10]
+        assert list_step_dirs(failing) == [10]  # step 10's part, where it stays
         assert parts[0].files == remote_sizes(failing, parts[0])
 
         latest = commit(failing, parts, world_size=1, attempt=1)

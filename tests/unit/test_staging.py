@@ -1,8 +1,9 @@
-"""Staged checkpoint parts: a commit moves them into the step's directory, the manifest
-last; staging nobody will commit is removed (no TF needed).
+"""Staged checkpoint parts: a local commit moves them into the step's directory, an
+object store's names them where they are; the manifest last either way; staging
+nobody will commit is removed (no TF needed).
 
 A local run directory and an fsspec memory filesystem (an object store: no rename,
-a move is a copy and a delete). The writers' side (a save staged, never written into
+a move would be a copy and a delete). The writers' side (a save staged, never written into
 a committed step) is tests/unit/test_worker_checkpointer.py's.
 """
 
@@ -35,7 +36,8 @@ FILES = {"ckpt.index", "ckpt.data-00000-of-00001", "state_rank0.json", "state_ra
 class Watched(Storage):
     """Storage that checks the commit's order as it goes: no file moves into a step
     that has a manifest, and the manifest is written only once every file is in place
-    and none is left in staging."""
+    (a local step's files gathered, none left in staging; an object store's in their
+    writers' folders inside the step)."""
 
     def __init__(self, root: str):
         super().__init__(root)
@@ -51,9 +53,13 @@ class Watched(Storage):
     def create_exclusive(self, data, *parts):  # the manifest: created only if absent
         if parts[-1] == MANIFEST:
             d = parts[-2]
-            assert set(self.listdir(CKPT_DIR, d)) == FILES, self.listdir(CKPT_DIR, d)
-            staged = self.listdir(CKPT_DIR, STAGING, d)
-            assert all(self.listdir(CKPT_DIR, STAGING, d, name) == [] for name in staged)
+            if self.local:
+                assert set(self.listdir(CKPT_DIR, d)) == FILES, self.listdir(CKPT_DIR, d)
+                staged = self.listdir(CKPT_DIR, STAGING, d)
+                assert all(self.listdir(CKPT_DIR, STAGING, d, name) == [] for name in staged)
+            else:
+                there = {n for f in self.listdir(CKPT_DIR, d) for n in self.listdir(CKPT_DIR, d, f)}
+                assert there == FILES, there
             self.manifests += 1
         return super().create_exclusive(data, *parts)
 
@@ -70,21 +76,56 @@ def watched(request, tmp_path):
 
 def test_a_commit_moves_the_staged_parts_into_place_with_the_manifest_last(watched):
     parts = write_parts(watched, 10)
-    assert watched.listdir(CKPT_DIR) == [STAGING] and committed(watched) == []
+    d = step_dirname(10)
+    assert committed(watched) == []
     ckpt = commit(watched, parts, world_size=2, attempt=1)
     assert watched.manifests == 1
-    assert set(watched.listdir(CKPT_DIR, step_dirname(10))) == FILES | {MANIFEST}
-    assert staged_steps(watched) == []  # the step's staging is removed with it
     assert latest_intact(watched).step == 10 and set(ckpt.manifest["files"]) == FILES
     if watched.local:
+        assert set(watched.listdir(CKPT_DIR, d)) == FILES | {MANIFEST}
+        assert staged_steps(watched) == []  # the step's staging is removed with it
         # Gathered in the step's staging, then one rename: the directory appears whole.
         src, dst = watched.moves[-1]
-        assert src == (CKPT_DIR, STAGING, step_dirname(10), "assembled")
-        assert dst == (CKPT_DIR, step_dirname(10))
+        assert src == (CKPT_DIR, STAGING, d, "assembled")
+        assert dst == (CKPT_DIR, d)
         assert len(watched.moves) == len(FILES) + 1
+        assert "at" not in ckpt.manifest  # flat, as every layout before
     else:
-        # No rename on an object store: each file copied to its place and deleted.
-        assert sorted(dst[-1] for _, dst in watched.moves) == sorted(FILES)
+        # No rename on an object store: nothing moves, the manifest names each folder.
+        assert watched.moves == [] and watched.listdir(CKPT_DIR) == [d]
+        folders = {p.staged for p in parts}
+        assert set(watched.listdir(CKPT_DIR, d)) == folders | {MANIFEST}
+        assert ckpt.manifest["at"] == {n: p.staged for p in parts for n in p.files}
+
+
+def test_an_object_stores_commit_leaves_out_and_removes_an_older_writers_folder(tmp_path):
+    """A part of an attempt that died before its commit, in the step's own directory:
+    never named by the manifest, removed by the commit; a reader copying the step gets
+    the named files, flat (``copy_flat``), and ``verify`` finds a file that shrank."""
+    from raytf.checkpoint.layout import copy_flat, verify
+
+    storage = Storage(f"memory://bucket/stay-{uuid.uuid4().hex}")
+    try:
+        older = write_parts(storage, 10)  # attempt 1's, never committed
+        parts = write_parts(storage, 10)
+        commit(storage, parts, world_size=2, attempt=2)
+        d = step_dirname(10)
+        assert set(storage.listdir(CKPT_DIR, d)) == {p.staged for p in parts} | {MANIFEST}
+        assert not {p.staged for p in older} & set(storage.listdir(CKPT_DIR, d))
+        dest = str(tmp_path / "copy")
+        copy_flat(storage, CKPT_DIR, d, dest=dest)
+        import json
+        import os
+
+        assert set(os.listdir(dest)) == FILES | {MANIFEST}
+        with open(os.path.join(dest, MANIFEST)) as f:
+            assert "at" not in json.load(f)  # the copy is flat, and says so
+        with open(os.path.join(dest, "ckpt.data-00000-of-00001"), "rb") as f:
+            assert f.read() == b"d" * 100
+        storage.write_atomic(b"d" * 99, CKPT_DIR, d, parts[0].staged, "ckpt.data-00000-of-00001")
+        assert verify(storage, 10) is None  # damaged: a file of another size
+    finally:
+        storage.remove()
 
 
 def test_a_commit_tried_again_after_its_manifest_failed_finds_its_files_in_place(watched):
@@ -103,7 +144,7 @@ def test_a_staged_part_that_is_gone_is_said_and_never_committed(watched):
     said = []
     coord = CheckpointCommits(watched, CheckpointConfig(), world_size=2, say=said.append)
     parts = write_parts(watched, 10)
-    watched.remove(CKPT_DIR, *staged_dir(10, parts[1].staged))
+    watched.remove(CKPT_DIR, *staged_dir(watched, 10, parts[1].staged))
     assert coord.on_parts(parts, attempt=1) == []
     assert len(said) == 1 and said[0].startswith("checkpoint at step 10 not committed: staged")
     assert "state_rank1.json is gone" in said[0] and committed(watched) == []

@@ -52,9 +52,9 @@ def all_equal(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def staged(part) -> tuple[str, ...]:
-    """Where a part waits for its commit (never the step's own directory)."""
-    return (CKPT_DIR, *staged_dir(part.step, part.staged))
+def staged(storage, part) -> tuple[str, ...]:
+    """Where a part waits for its commit (a folder of its own)."""
+    return (CKPT_DIR, *staged_dir(storage, part.step, part.staged))
 
 
 def checkpointer(
@@ -127,7 +127,7 @@ def test_part_lists_the_tf_files_with_their_true_sizes(storage, parts):
     for step in range(1, 6):
         ck.step_end(step)
     (part,) = parts
-    d = storage.path(*staged(part))
+    d = storage.path(*staged(storage, part))
     on_disk = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)}
     assert part.files == on_disk
     assert "ckpt.index" in part.files
@@ -153,7 +153,7 @@ def test_non_chief_reports_only_its_state_file(storage, parts):
     (part,) = parts
     assert (part.rank, part.step, part.reason) == (1, 2, "interval")
     assert list(part.files) == ["state_rank1.json"]
-    assert storage.listdir(*staged(part)) == ["state_rank1.json"]
+    assert storage.listdir(*staged(storage, part)) == ["state_rank1.json"]
 
 
 def test_agreed_target_saves_at_the_first_boundary_at_or_after_it(storage, parts):
@@ -195,7 +195,7 @@ def test_save_now_writes_a_session_part_at_once(storage, parts):
     ck.track({"model": model, "optimizer": optimizer})
     ck.save_now(3, "session")
     assert [(p.step, p.reason) for p in parts] == [(3, "session")]
-    assert "ckpt.index" in storage.listdir(*staged(parts[0]))
+    assert "ckpt.index" in storage.listdir(*staged(storage, parts[0]))
     ck.step_end(4)
     ck.step_end(5)  # the interval still counts from the session save's step
     assert [(p.step, p.reason) for p in parts] == [(3, "session"), (5, "interval")]
@@ -347,13 +347,16 @@ def test_save_and_restore_through_remote_storage(remote, parts):
         ck.step_end(step)
     weights = values(model.weights)
     (part,) = parts
-    sizes = {n: remote.size(*staged(part), n) for n in remote.listdir(*staged(part))}
+    sizes = {
+        n: remote.size(*staged(remote, part), n) for n in remote.listdir(*staged(remote, part))
+    }
     assert part.files == sizes
     assert "ckpt.index" in sizes
     latest = commit(remote, parts, world_size=1, attempt=1)
     assert latest.path.startswith("memory://")
-    moved = remote.listdir(CKPT_DIR, step_dirname(3))  # copied into place, then deleted
-    assert moved == sorted([*sizes, "manifest.json"]) and staged_steps(remote) == []
+    there = remote.listdir(CKPT_DIR, step_dirname(3))  # nothing moved: named where it is
+    assert there == sorted([part.staged, "manifest.json"]) and staged_steps(remote) == []
+    assert latest.manifest["at"] == {n: part.staged for n in sizes}
 
     fresh, fresh_opt = make_model(1)
     again = checkpointer(remote, [], restore_url=latest_intact(remote).path)
@@ -386,7 +389,7 @@ def test_no_writer_touches_a_committed_step(storage, parts, capfd, async_save):
     commit(storage, parts, world_size=1, attempt=1)
     root = storage.path(CKPT_DIR, step_dirname(5))
     before = tree_bytes(root)
-    assert "manifest.json" in before and "ckpt.index" in before
+    assert "manifest.json" in before and any(p.endswith("ckpt.index") for p in before)
 
     train_step(model, optimizer, scale=3.0)  # other weights under the same label
     ck.schedule.last = 0  # the label 5 comes again, as a restarted counter would give it
@@ -404,10 +407,11 @@ def test_no_writer_touches_a_committed_step(storage, parts, capfd, async_save):
 
 
 def committed_bytes(storage: Storage, step: int) -> dict[str, bytes]:
-    d = step_dirname(step)
-    return {
-        n: storage.fs.cat_file(storage.path(CKPT_DIR, d, n)) for n in storage.listdir(CKPT_DIR, d)
-    }
+    """Every file of the step's directory, under its path there (a part's folder and
+    all: a late writer's folder left in it would show)."""
+    root = storage.path(CKPT_DIR, step_dirname(step))
+    root = root.rstrip("/") + "/"
+    return {p[p.index(root) + len(root) :]: storage.fs.cat_file(p) for p in storage.fs.find(root)}
 
 
 @pytest.mark.parametrize("on_object_store", [False, True], ids=["local", "object-store"])
@@ -443,7 +447,7 @@ def test_a_writer_past_the_check_when_the_commit_lands_cannot_alter_it(
     coord = CheckpointCommits(storage, CheckpointConfig(), 1, say=said.append)
     (ckpt,) = coord.on_parts(parts, attempt=1)
     weights_5, before = values(model.weights), committed_bytes(storage, 5)
-    assert "manifest.json" in before and "ckpt.index" in before
+    assert "manifest.json" in before and any(p.endswith("ckpt.index") for p in before)
 
     ck.committed_already = lambda step: False  # asked just before the commit landed
     train_step(model, optimizer, scale=3.0)  # other weights under the same label

@@ -1,6 +1,8 @@
 """A real S3-compatible endpoint on loopback: moto's server mode, in a process of its own.
 
-The tests reach it through s3fs exactly as a user reaches S3 (``FSSPEC_S3_ENDPOINT_URL``
+What ``raytf bench checkpoints --stores s3`` measures against, and the tests' S3
+(``moto[server]``, the test extra: not installed with raytf). The tests and the
+bench reach it through s3fs exactly as a user reaches S3 (``FSSPEC_S3_ENDPOINT_URL``
 and credentials in the environment), never through a patched client. Its own process
 so a test can stop it (SIGSTOP: the endpoint stops answering, as a network partition
 or an overloaded store does) and resume it, and the fixture ends it by pid.
