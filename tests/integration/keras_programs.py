@@ -239,6 +239,20 @@ def best_weights(keras, tf, pause):
     return model, history
 
 
+def terminate_on_nan(keras, tf, pause):
+    """TerminateOnNaN ends the call in the third of six epochs: a learning-rate schedule
+    jumps to 1e30 there, the weights overflow and the loss turns NaN within a batch or
+    two, then the program goes on. The checkpoints raytf refuses (NaN weights,
+    ``refuse_nonfinite``) are part of what a restart meets."""
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    model = _model(keras)
+    jump = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 1e30 if epoch >= 2 else lr)
+    nan = keras.callbacks.TerminateOnNaN()
+    history = model.fit(ds, epochs=EPOCHS + 3, callbacks=[jump, nan, pause], verbose=0)
+    return model, history
+
+
 def noise_layer(keras, tf, pause):
     """A custom layer drawing noise from its own tf.random.Generator in training."""
 
@@ -315,6 +329,7 @@ PROGRAMS = {
         batch_norm,
         best_weights,
         noise_layer,
+        terminate_on_nan,
     )
 }
 
