@@ -104,7 +104,7 @@ def main(argv=None) -> dict:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--steps-per-epoch", type=int, default=16)
-    p.add_argument("--max-failures", type=int, default=0)
+    p.add_argument("--max-failures", type=int, default=None, help="default: raytf's")
     p.add_argument("--storage", default=None)
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)

@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--report-every", type=int, default=8)
     p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
-    p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
+    p.add_argument("--max-failures", type=int, default=None, help="0: none, -1: no limit")
     p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     return p.parse_args(argv)

@@ -157,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--storage", default=None, help="storage path (default ~/raytf_results)")
     p.add_argument("--name", default=None, help="run name (default: timestamped)")
-    p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
+    p.add_argument("--max-failures", type=int, default=None, help="0: none, -1: no limit")
     p.add_argument("--count-examples", action="store_true", help="count each example's uses")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     return p.parse_args(argv)

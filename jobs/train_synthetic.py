@@ -166,7 +166,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
     p.add_argument("--sync-save", action="store_true", help="write checkpoints on the loop")
     p.add_argument("--width", type=int, default=64, help="units of the first hidden layer")
-    p.add_argument("--max-failures", type=int, default=0, help="-1: retry without limit")
+    p.add_argument("--max-failures", type=int, default=None, help="0: none, -1: no limit")
     p.add_argument("--hang-timeout", type=float, default=120.0, help="watchdog, seconds")
     p.add_argument("--count-examples", action="store_true", help="count each example's uses")
     p.add_argument(
