@@ -87,6 +87,7 @@ def cli_markdown() -> str:
     """Every ``raytf`` sub-command, its usage and arguments, from ``build_parser()``."""
     from raytf.bench.checkpoints import parse_args as checkpoints_args
     from raytf.bench.main import parse_args as bench_args
+    from raytf.bench.node_loss import parse_args as node_loss_args
     from raytf.tools.cli import build_parser
 
     def help_of(parse) -> str:
@@ -105,6 +106,9 @@ def cli_markdown() -> str:
             out += ["### `raytf bench checkpoints`", ""]
             out += ["A large model's checkpoints: overhead, recovery, goodput, and by size.", ""]
             out += ["```text", help_of(checkpoints_args), "```", ""]
+            out += ["### `raytf bench node-loss`", ""]
+            out += ["A lost node's cost under Ray's default health checks.", ""]
+            out += ["```text", help_of(node_loss_args), "```", ""]
             continue
         out += _command(f"raytf {name}", sub, helps.get(name, ""))
     return "\n".join(out)

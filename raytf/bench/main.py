@@ -3,6 +3,8 @@
     python jobs/benchmark.py                        # the full run on this machine
     python jobs/benchmark.py --smoke                # seconds per way: every figure, tiny sizes
     python jobs/benchmark.py --use-gpu --workers 4  # one GPU per worker, NCCL
+    raytf bench checkpoints ...                     # a large model's checkpoints (its module)
+    raytf bench node-loss --kills 5                 # a lost node under Ray's health checks
 
 Repeats interleave the ways (raytf, MWMS, Ray Train, raytf, ...) so a slow
 spell of the machine blurs all three alike. One Ray instance serves raytf and
@@ -188,6 +190,10 @@ def main(argv=None) -> dict:
         from raytf.bench import checkpoints
 
         return checkpoints.main(argv[1:])
+    if argv[:1] == ["node-loss"]:
+        from raytf.bench import node_loss
+
+        return node_loss.main(argv[1:])
     args = parse_args(argv)
     t0 = time.monotonic()
     results = run(args)

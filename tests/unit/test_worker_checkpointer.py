@@ -363,6 +363,19 @@ def test_save_and_restore_through_remote_storage(remote, parts):
     assert again.track({"model": fresh, "optimizer": fresh_opt}) == 3
     assert all_equal(values(fresh.weights), weights)
 
+    # The layout before parts stayed (every file at the step's top, no "at"): it restores.
+    d = step_dirname(3)
+    for name in sizes:
+        remote.move((CKPT_DIR, d, part.staged, name), (CKPT_DIR, d, name))
+    remote.remove(CKPT_DIR, d, part.staged)
+    old = {k: v for k, v in latest.manifest.items() if k != "at"}
+    remote.write_json_atomic(old, CKPT_DIR, d, "manifest.json")
+    assert remote.listdir(CKPT_DIR, d) == sorted([*sizes, "manifest.json"])
+    older, older_opt = make_model(2)
+    flat = checkpointer(remote, [], restore_url=latest_intact(remote).path)
+    assert flat.track({"model": older, "optimizer": older_opt}) == 3
+    assert all_equal(values(older.weights), weights)
+
 
 # -- a committed checkpoint is never written again -------------------------------------------
 def tree_bytes(root: str) -> dict[str, bytes]:

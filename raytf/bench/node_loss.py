@@ -1,0 +1,149 @@
+"""``raytf bench node-loss``: what a lost node costs under Ray's default health checks.
+
+    raytf bench node-loss --kills 5 --json FILE
+
+A simulated cluster (``raytf.tools.local.LocalCluster``: a head that runs no
+workers and three 1-CPU nodes, with Ray's own health-check defaults, as a
+cloud cluster has them) and a driver process of its own training a small MLP,
+paced (a checkpoint every 10 steps), for a fixed group of 2 workers and an
+elastic (2, 3) one. ``--kills`` times: the node of the highest rank is
+SIGKILLed, as a lost machine ends, then a new node is added (the spare the
+next kill needs; the elastic group grows back onto it before that kill).
+
+Each kill's figures: ``kill_to_training_s``, from the kill to the first step
+of the attempt after it (``state.json``'s ``resumed_at``), and ``attempts``,
+the attempts the loss cost (one lost node, one retry, is the goal). The
+driver, the pool, placement and the restart are production code; the cluster
+is local processes (each node a ``ray start`` of its own), the work a toy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+KINDS = {"fixed": "2", "elastic": "2,3"}
+STEP_SLEEP_S = 0.1
+
+
+def parse_args(argv) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="raytf bench node-loss", description=__doc__.split("\n")[0])
+    p.add_argument("--kills", type=int, default=5, help="nodes killed per kind of group")
+    p.add_argument("--kinds", default="fixed,elastic", help="fixed, elastic")
+    p.add_argument("--json", default=None, help="file for the figures")
+    p.add_argument("--drive", default=None, help=argparse.SUPPRESS)  # the driver process
+    p.add_argument("--storage", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def drive(kind: str, storage: str) -> None:
+    """The driver process: trains until it is killed."""
+    import raytf
+    from raytf.bench.checkpoints import loop
+
+    low, _, high = KINDS[kind].partition(",")
+    workers = (int(low), int(high)) if high else int(low)
+    config = {"steps": 10**7, "width": 64, "depth": 32, "every": 10}
+    config.update(report_steps=False, step_sleep=STEP_SLEEP_S)
+    raytf.Trainer(
+        loop,
+        train_loop_config=config,
+        scaling_config=raytf.ScalingConfig(num_workers=workers),
+        run_config=raytf.RunConfig(
+            name=kind,
+            storage_path=storage,
+            verbose=0,
+            failure_config=raytf.FailureConfig(max_failures=-1),
+            checkpoint_config=raytf.CheckpointConfig(checkpoint_every_steps=10),
+        ),
+    ).fit()
+
+
+def _state(run_dir: str) -> dict:
+    try:
+        with open(os.path.join(run_dir, "state.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait(run_dir: str, proc, ok, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the driver ended (rc {proc.returncode})")
+        st = _state(run_dir)
+        if st.get("state") == "RUNNING" and ok(st):
+            return st
+        time.sleep(0.05)
+    raise TimeoutError(f"{run_dir}: not there in {timeout:.0f} s: {_state(run_dir)}")
+
+
+def one_kind(kind: str, kills: int, scratch: str) -> list[dict]:
+    from raytf.tools.local.cluster import LocalCluster
+
+    storage = os.path.join(scratch, "runs")
+    run_dir = os.path.join(storage, kind)
+    most = int(KINDS[kind].split(",")[-1])
+    rows = []
+    with LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
+        env = {**os.environ, **cluster.client_env()}
+        log = open(os.path.join(scratch, f"{kind}.log"), "ab")
+        cmd = [sys.executable, "-m", "raytf.bench.node_loss", "--drive", kind]
+        proc = subprocess.Popen([*cmd, "--storage", storage], env=env, stdout=log, stderr=log)
+        try:
+            st = _wait(run_dir, proc, lambda s: (s.get("last_step") or 0) >= 20)
+            for _ in range(kills):
+                st = _wait(run_dir, proc, lambda s: len(s.get("workers", [])) == most)
+                last = max(st["workers"], key=lambda w: w["rank"])
+                node = next(i for i, n in enumerate(cluster.nodes) if n.ip == last["node_ip"])
+                seen, attempt = len(st.get("resumed_at", [])), st["attempt"]
+                killed_at = time.time()
+                cluster.kill_node(node)
+                st = _wait(run_dir, proc, lambda s, seen=seen: len(s.get("resumed_at", [])) > seen)
+                rows.append(
+                    {
+                        "kind": kind,
+                        "kill_to_training_s": round(st["resumed_at"][seen] - killed_at, 2),
+                        "attempts": st["attempt"] - attempt,
+                        "workers_after": len(st["workers"]),
+                    }
+                )
+                print(f"bench node-loss: {rows[-1]}", flush=True)
+                cluster.add_node()  # the next kill's spare
+        finally:
+            proc.send_signal(signal.SIGKILL)  # its actors end with it
+            proc.wait(timeout=60)
+            log.close()
+    return rows
+
+
+def main(argv=None) -> dict:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.drive:
+        drive(args.drive, args.storage)
+        return {}
+    scratch = tempfile.mkdtemp(prefix="raytf-bench-node-loss-")
+    out: dict = {"kills": []}
+    for kind in [k for k in args.kinds.split(",") if k]:
+        rows = one_kind(kind, args.kills, scratch)
+        out["kills"] += rows
+        times = [r["kill_to_training_s"] for r in rows]
+        out[f"{kind}_median_s"] = statistics.median(times)
+        out[f"{kind}_attempts_per_loss"] = [r["attempts"] for r in rows]
+        print(f"bench node-loss: {kind} median {out[f'{kind}_median_s']:.2f} s of {times}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
