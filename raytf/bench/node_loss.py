@@ -38,6 +38,11 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--kills", type=int, default=5, help="nodes killed per kind of group")
     p.add_argument("--kinds", default="fixed,elastic", help="fixed, elastic")
     p.add_argument("--json", default=None, help="file for the figures")
+    p.add_argument(
+        "--fast-health-checks",
+        action="store_true",
+        help="the tests' health checks (a node found dead in about 3 s), not Ray's defaults",
+    )
     p.add_argument("--drive", default=None, help=argparse.SUPPRESS)  # the driver process
     p.add_argument("--storage", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -86,14 +91,15 @@ def _wait(run_dir: str, proc, ok, timeout: float = 300) -> dict:
     raise TimeoutError(f"{run_dir}: not there in {timeout:.0f} s: {_state(run_dir)}")
 
 
-def one_kind(kind: str, kills: int, scratch: str) -> list[dict]:
-    from raytf.tools.local.cluster import LocalCluster
+def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[dict]:
+    from raytf.tools.local.cluster import SIMULATED_HEALTH_CHECK, LocalCluster
 
     storage = os.path.join(scratch, "runs")
     run_dir = os.path.join(storage, kind)
     most = int(KINDS[kind].split(",")[-1])
     rows = []
-    with LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
+    health = SIMULATED_HEALTH_CHECK if fast else None  # None: Ray's defaults
+    with LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=health) as cluster:
         env = {**os.environ, **cluster.client_env()}
         log = open(os.path.join(scratch, f"{kind}.log"), "ab")
         cmd = [sys.executable, "-m", "raytf.bench.node_loss", "--drive", kind]
@@ -102,6 +108,14 @@ def one_kind(kind: str, kills: int, scratch: str) -> list[dict]:
             st = _wait(run_dir, proc, lambda s: (s.get("last_step") or 0) >= 20)
             for _ in range(kills):
                 st = _wait(run_dir, proc, lambda s: len(s.get("workers", [])) == most)
+                # Training at full size again (a grown group's resize resumed), not only
+                # placed: else that resize's first step would count as this kill's.
+                past, now = st["attempt"], st.get("last_step") or 0
+
+                def steady(s, a=past, n=now):
+                    return s["attempt"] == a and (s.get("last_step") or 0) > n + 10
+
+                st = _wait(run_dir, proc, steady)
                 last = max(st["workers"], key=lambda w: w["rank"])
                 node = next(i for i, n in enumerate(cluster.nodes) if n.ip == last["node_ip"])
                 seen, attempt = len(st.get("resumed_at", [])), st["attempt"]
@@ -112,6 +126,8 @@ def one_kind(kind: str, kills: int, scratch: str) -> list[dict]:
                     {
                         "kind": kind,
                         "kill_to_training_s": round(st["resumed_at"][seen] - killed_at, 2),
+                        # The restart's own part: its start to the first resumed step.
+                        "restart_s": round(st["recoveries_s"][-1], 2),
                         "attempts": st["attempt"] - attempt,
                         "workers_after": len(st["workers"]),
                     }
@@ -133,7 +149,7 @@ def main(argv=None) -> dict:
     scratch = tempfile.mkdtemp(prefix="raytf-bench-node-loss-")
     out: dict = {"kills": []}
     for kind in [k for k in args.kinds.split(",") if k]:
-        rows = one_kind(kind, args.kills, scratch)
+        rows = one_kind(kind, args.kills, scratch, args.fast_health_checks)
         out["kills"] += rows
         times = [r["kill_to_training_s"] for r in rows]
         out[f"{kind}_median_s"] = statistics.median(times)
