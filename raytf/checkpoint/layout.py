@@ -172,6 +172,8 @@ def verify(storage: Storage, step: int) -> dict | None:
     try:
         manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
         at = manifest.get("at", {})
+        if not isinstance(at, dict):
+            raise ValueError(f"its manifest's at is not a mapping: {at!r:.60}")
         unsafe = [n for n in [*manifest["files"], *at.values()] if not safe_name(n)]
         if unsafe:
             logger.warning("checkpoint at step %d names files outside it (%s); skipping it",
@@ -342,14 +344,16 @@ def _check_names(parts: list[CheckpointPart]) -> None:
 
 
 def _all_there(storage: Storage, step: int, parts: list[CheckpointPart]) -> None:
-    """Parts that stay: each one's folder listed once, every file it reported in it."""
+    """Parts that stay: every file each reported is in its folder, asked with one listing
+    of the step's directory (a thousand ranks' parts: one paginated listing, not a
+    thousand)."""
     d = step_dirname(step)
+    there = set(storage.files_under(CKPT_DIR, d))
     for part in parts:
-        where = (CKPT_DIR, d) if part.staged is None else (CKPT_DIR, d, part.staged)
-        there = set(storage.listdir(*where))
-        lost = sorted(set(part.files) - there)
+        folder = () if part.staged is None else (part.staged,)
+        lost = sorted(n for n in part.files if "/".join((*folder, n)) not in there)
         if lost:
-            raise StagedPartGone(f"staged file {'/'.join((*where, lost[0]))} is gone")
+            raise StagedPartGone(f"staged file {'/'.join((CKPT_DIR, d, *folder, lost[0]))} is gone")
 
 
 def _own(storage: Storage, step: int, mine: dict) -> dict:
@@ -372,7 +376,7 @@ def _place(storage: Storage, step: int, parts: list[CheckpointPart]) -> None:
         if part.staged is None:
             continue  # written in place
         moves += [((CKPT_DIR, STAGING, d, part.staged, n), n) for n in part.files]
-    whole = storage.local and all(p.staged is not None for p in parts)
+    whole = all(p.staged is not None for p in parts)
     gather = (CKPT_DIR, STAGING, d, ASSEMBLED) if whole else None
     staging.move_in(storage, moves, (CKPT_DIR, d), gather)
 

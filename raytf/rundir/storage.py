@@ -251,19 +251,25 @@ class Storage:
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(sources) or 1)) as pool:
             list(pool.map(get, sources.items()))
 
+    def files_under(self, *parts: str) -> list[str]:
+        """Every file under the directory, subdirectories included, as a path relative to
+        it ("a/b"): one listing of the store (paginated), not one per folder."""
+        root = self.path(*parts).rstrip("/")
+        found = [f for f in self.fs.find(root) if f.rstrip("/") != root]
+        base = self.fs._strip_protocol(root)
+        return [posixpath.relpath(self.fs._strip_protocol(f), base) for f in found]
+
     def download_tree(self, local_dir: str, *parts: str) -> None:
         """Copy the directory with its subdirectories into ``local_dir`` (a SavedModel's
         ``variables/``): every file under it, at its relative path."""
-        root = self.path(*parts).rstrip("/")
         os.makedirs(local_dir, exist_ok=True)
-        files = [f for f in self.fs.find(root) if f.rstrip("/") != root]
 
-        def get(path: str) -> None:
-            rel = posixpath.relpath(self.fs._strip_protocol(path), self.fs._strip_protocol(root))
+        def get(rel: str) -> None:
             target = os.path.join(local_dir, *rel.split("/"))
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            self.fs.get_file(path, target)
+            self.fs.get_file(self.path(*parts, *rel.split("/")), target)
 
+        files = self.files_under(*parts)
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(files) or 1)) as pool:
             list(pool.map(get, files))
 

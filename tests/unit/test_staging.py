@@ -122,6 +122,11 @@ def test_an_object_stores_commit_leaves_out_and_removes_an_older_writers_folder(
             assert "at" not in json.load(f)  # the copy is flat, and says so
         with open(os.path.join(dest, "ckpt.data-00000-of-00001"), "rb") as f:
             assert f.read() == b"d" * 100
+        manifest = storage.read_json(CKPT_DIR, d, MANIFEST)
+        storage.write_json_atomic({**manifest, "at": "x"}, CKPT_DIR, d, MANIFEST)
+        assert verify(storage, 10) is None  # a manifest whose folders are not a mapping
+        storage.write_json_atomic(manifest, CKPT_DIR, d, MANIFEST)
+        assert verify(storage, 10) is not None
         storage.write_atomic(b"d" * 99, CKPT_DIR, d, parts[0].staged, "ckpt.data-00000-of-00001")
         assert verify(storage, 10) is None  # damaged: a file of another size
     finally:
