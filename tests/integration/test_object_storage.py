@@ -272,7 +272,7 @@ def _wait_commit(storage: Storage, run: JobRun, past: int, timeout: float = 120)
 
 
 # About 24 MB of checkpoint (a first layer 20,000 wide, Adam's slots with it).
-BIG = ["--workers", "2", "--steps", "160", "--seed", "3", "--checkpoint-every", "20"]
+BIG = ["--workers", "2", "--steps", "100", "--seed", "3", "--checkpoint-every", "20"]
 BIG += ["--report-every", "4", "--width", "20000", "--step-sleep", "0.05"]
 BIG += ["--max-failures", "3", "--keep", "20"]
 
