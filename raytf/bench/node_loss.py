@@ -158,6 +158,7 @@ def main(argv=None) -> dict:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    print(f"bench node-loss: the drivers' output is in {scratch}", flush=True)
     return out
 
 
