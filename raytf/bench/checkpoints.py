@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 import raytf
+from raytf.bench import sizes
 from raytf.rundir.storage import Storage, join_run_dir
 
 MODES = ("none", "sync", "async", "async+emergency")
@@ -276,7 +277,6 @@ def parse_args(argv) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from raytf.bench import sizes
     from raytf.group.cluster import ensure_ray
 
     sizing = bool(args.sizes_mb) and "sizes" in set(args.parts.split(","))
@@ -293,7 +293,7 @@ def main(argv=None) -> dict:
 def _run(args, stores) -> dict:
     kill_at = 2 * args.checkpoint_every  # right on a save: the worst case for an async one
     figures: dict = {"storage": args.storage, "overhead": [], "recovery": [], "goodput": []}
-    figures["results"] = []
+    figures["results"] = []  # --sizes-mb rows (raytf.bench.sizes)
 
     def show(kind: str, figs: dict) -> None:
         figures[kind].append(figs)
@@ -303,8 +303,6 @@ def _run(args, stores) -> dict:
     modes = [m for m in args.modes.split(",") if m]
     parts = set(args.parts.split(","))
     if stores is not None:
-        from raytf.bench import sizes
-
         sizes.run(args, stores, one_run, show)
     for mode in modes if "overhead" in parts else []:
         show("overhead", with_cpu_per_save(one_run(args, mode), figures["overhead"]))
