@@ -88,6 +88,7 @@ def cli_markdown() -> str:
     from raytf.bench.checkpoints import parse_args as checkpoints_args
     from raytf.bench.main import parse_args as bench_args
     from raytf.bench.node_loss import parse_args as node_loss_args
+    from raytf.bench.scale import parse_args as scale_args
     from raytf.tools.cli import build_parser
 
     def help_of(parse) -> str:
@@ -109,6 +110,9 @@ def cli_markdown() -> str:
             out += ["### `raytf bench node-loss`", ""]
             out += ["A lost node's cost under Ray's default health checks.", ""]
             out += ["```text", help_of(node_loss_args), "```", ""]
+            out += ["### `raytf bench control-plane`", ""]
+            out += ["The driver from 4 to 1,024 workers, over simulated ranks.", ""]
+            out += ["```text", help_of(scale_args), "```", ""]
             continue
         out += _command(f"raytf {name}", sub, helps.get(name, ""))
     return "\n".join(out)

@@ -5,6 +5,7 @@
     python jobs/benchmark.py --use-gpu --workers 4  # one GPU per worker, NCCL
     raytf bench checkpoints ...                     # a large model's checkpoints (its module)
     raytf bench node-loss --kills 5                 # a lost node under Ray's health checks
+    raytf bench control-plane --workers 4,1024      # the driver at scale, simulated ranks
 
 Repeats interleave the ways (raytf, MWMS, Ray Train, raytf, ...) so a slow
 spell of the machine blurs all three alike. One Ray instance serves raytf and
@@ -194,6 +195,10 @@ def main(argv=None) -> dict:
         from raytf.bench import node_loss
 
         return node_loss.main(argv[1:])
+    if argv[:1] == ["control-plane"]:
+        from raytf.bench import scale
+
+        return scale.main(argv[1:])
     args = parse_args(argv)
     t0 = time.monotonic()
     results = run(args)

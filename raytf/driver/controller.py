@@ -7,17 +7,17 @@
     any state -> STOPPED
 
 SCHEDULING places the slots (ERRORED: placement timed out, or a node's storage
-refused; RESTARTING: a node's storage check did not run). STARTING wires
-the actors (SCHEDULING again on a port clash; RESTARTING when set-up fails;
-ERRORED past ``max_port_retries`` or when the user's code cannot load).
-RUNNING polls (RESTARTING on a failure, hang, preemption or resize; ERRORED
-on a data-shard mismatch a retry would repeat, on storage unwritable past
+refused; RESTARTING: a node's storage check did not run). STARTING wires the
+actors (SCHEDULING again on a port clash; RESTARTING when set-up fails; ERRORED
+past ``max_port_retries`` or when the user's code cannot load). RUNNING polls
+(RESTARTING on a failure, hang, preemption or resize; ERRORED on a data-shard
+mismatch a retry would repeat, on storage unwritable past
 ``Settings.storage_outage_s``, or on the run's lease taken over by another
-driver: ``StateWriter.halt``). RESTARTING asks the failure policy. STOPPED
-is ``request_stop`` (a Tune scheduler ended the trial), or a SIGTERM or SIGINT
-to the driver after its stop checkpoint (``raytf.driver.signal_stop``).
-``state.json`` goes through a ``StateWriter``, off this loop, so a full disk
-or an object store away never stops it (``raytf.driver.run_dir_hold``).
+driver: ``StateWriter.halt``). RESTARTING asks the failure policy. STOPPED is
+``request_stop`` (a Tune scheduler ended the trial), or a SIGTERM or SIGINT to
+the driver after its stop checkpoint (``raytf.driver.signal_stop``).
+``state.json`` goes through a ``StateWriter``, off this loop, so a full disk or
+an object store away never stops it (``raytf.driver.run_dir_hold``).
 ``states.TRANSITIONS`` holds this diagram; the loop refuses any other step.
 
 A RESTARTING state carries its reason (a ``Failure`` or a ``Restart``). A
@@ -125,11 +125,10 @@ class Controller(PollIntake):
         self.use_standbys = fc.standby_workers and fc.recovers
         self.use_emergency = self.policy.uses_emergency(ray_data=bool(self.data.datasets))
         self._standbys_asked = False
-        self.port_retries = 0
+        self.port_retries = self.preemptions = 0
         self.outputs = Outputs()
         self.failures: list[Failure] = []
         self.error: BaseException | None = None
-        self.preemptions = 0
         self.status = RunState.continuing(
             self.storage, name=run_config.name, run_dir=self.run_dir, scaling=scaling
         )
@@ -281,6 +280,7 @@ class Controller(PollIntake):
                     errors.append(poll.error)
                 elif poll.state == FINISHED and (late := self.outputs.finished(rank, poll)):
                     self.progress.message(late)
+        self._after_polls()
         if self.data.error is not None:
             return self._fail(self.data.error)  # the same data splits the same way again
         if errors:

@@ -39,6 +39,7 @@ from raytf.group.shared_storage import (
     unshared_nodes,
 )
 from raytf.group.storage_access import NodeAccessCheck
+from raytf.group.worker_group import WorkerGroup
 from raytf.rundir.storage import check_storage, is_local
 from raytf.settings import Settings
 
@@ -93,6 +94,7 @@ def make_controller(
     listeners: Listeners | None = None,
     placement_group: Any = None,
     pool_cls: type = WorkerPool,
+    group_cls: type = WorkerGroup,
 ) -> Controller:
     """Join or start Ray, rule out a cluster that can never hold the group, make the driver."""
     settings = Settings.from_env()
@@ -135,6 +137,7 @@ def make_controller(
         listeners=listeners,
         placement_group=placement_group,
         pool_cls=functools.partial(pool_cls, env=run_env(run_config)),
+        group_cls=group_cls,
         settings=settings,
         writer=writer,
     )

@@ -19,6 +19,8 @@ from raytf.messages import WorkerPoll
 
 
 class PollIntake:
+    _startup_stale = False  # a rank's start-up stamps came this round (``_after_polls``)
+
     def _take(self, poll: WorkerPoll, now: float) -> Restart | None:
         """Route one poll's contents to the policies; a restart a commit calls for."""
         self._take_reports(poll, now)
@@ -29,8 +31,8 @@ class PollIntake:
             self.progress.notice(note)
         if poll.copy_cost is not None:  # the same on every rank
             self.ckpts.copy_cost = poll.copy_cost
-        if poll.startup and self.group is not None:  # once per rank and attempt
-            self.status.startup = self.group.timeline.summary()
+        if poll.startup:  # once per rank and attempt: the summary once a round (below)
+            self._startup_stale = True
         restart = None
         for ckpt in self.ckpts.on_parts(poll.parts, attempt=self.attempt):
             restart = outranking(restart, self._execute(self.resizer.committed(ckpt)))
@@ -42,6 +44,13 @@ class PollIntake:
             for reply in poll.replies:
                 self.listeners.on_reply(reply)
         return restart
+
+    def _after_polls(self) -> None:
+        """Once a round, after every poll is taken: the start-up timeline summed up over
+        all ranks (per poll, 1,024 ranks' first polls cost 1,024 summaries of 1,024)."""
+        if self._startup_stale and self.group is not None:
+            self.status.startup = self.group.timeline.summary()
+        self._startup_stale = False
 
     def _take_reports(self, poll: WorkerPoll, now: float) -> None:
         for metrics in self.outputs.add_reports(poll.reports):

@@ -130,7 +130,7 @@ def start(
                 num_cpus=0,
                 num_gpus=0,
                 max_restarts=0,
-                max_concurrency=2,
+                max_concurrency=3,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
                 **option,
             ).remote(None, 1, False, 0, env, idle_s=idle_s)

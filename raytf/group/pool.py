@@ -220,7 +220,7 @@ class WorkerPool:
         return self._actor_cls.options(
             **actor_options(self.bundle),
             max_restarts=0,
-            max_concurrency=2,
+            max_concurrency=3,
             scheduling_strategy=self.slots.strategy(slot),
             **self._runtime_env_option(),
         ).remote(rank, n, self.scaling.use_gpu, self.scaling.gpus_per_worker, self._env())
@@ -253,7 +253,7 @@ class WorkerPool:
                 num_cpus=0,
                 num_gpus=0,
                 max_restarts=0,
-                max_concurrency=2,
+                max_concurrency=3,
                 scheduling_strategy=self.slots.strategy(slot),
                 **self._runtime_env_option(),
             ).remote(None, self.world_size, self.scaling.use_gpu, 0, self._env())

@@ -14,6 +14,10 @@ import time
 
 from raytf.worker.process.startup import WORKER_PHASES, process_start_time
 
+# Past this many ranks, ``ranks`` lists the slowest (their newest stamp latest) and
+# ``ranks_total`` counts them all, as state.json's ``workers`` does its stragglers.
+RANKS_LISTED = 64
+
 DRIVER_PHASES = ("scheduling", "placed", "actors_ready", "group_created", "loops_started")
 
 
@@ -35,15 +39,21 @@ class Timeline:
 
     def summary(self) -> dict:
         """Seconds after the driver's process start (``driver_started``, wall time): the
-        driver's phases, the slowest rank's of each worker phase, and each rank's."""
+        driver's phases, the slowest rank's of each worker phase, and each rank's (the
+        ``RANKS_LISTED`` slowest past that many)."""
         out: dict = {"driver_started": round(self.origin, 3)}
         out.update({k: round(v - self.origin, 3) for k, v in self.driver.items()})
         for phase in WORKER_PHASES:
             times = [r[phase] for r in self.ranks.values() if phase in r]
             if times:
                 out[f"workers_{phase}"] = round(max(times) - self.origin, 3)
+        listed = self.ranks
+        if len(listed) > RANKS_LISTED:  # the slowest ones: state.json stays bounded
+            slowest = sorted(listed, key=lambda r: max(listed[r].values()), reverse=True)
+            listed = {r: listed[r] for r in slowest[:RANKS_LISTED]}
+            out["ranks_total"] = len(self.ranks)
         out["ranks"] = {
             str(rank): {k: round(v - self.origin, 3) for k, v in stamps.items()}
-            for rank, stamps in sorted(self.ranks.items())
+            for rank, stamps in sorted(listed.items())
         }
         return out

@@ -10,6 +10,7 @@ outlives the attempts.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -29,12 +30,29 @@ from raytf.group.actors import kill_actor
 from raytf.group.cluster import draining_nodes
 from raytf.group.elastic import WorldSize
 from raytf.group.pool import WorkerPool
-from raytf.group.tf_config import tf_config_json
+from raytf.group.tf_config import tf_config_jsons
 from raytf.group.timeline import Timeline
 from raytf.messages import CheckpointPlan, Command, SetupReply, WorkerInfo, WorkerPoll
 from raytf.worker.process.devices import collective_implementation
 
 logger = logging.getLogger("raytf")
+
+
+# A round asks about this many ranks that have nothing urgent to say (poll_hold_s).
+POLLS_PER_ROUND = 64
+
+
+def poll_hold_s(world_size: int, interval_s: float, rank: int, round_: int) -> float:
+    """How long ``rank``'s poll, sent in round ``round_``, may be held: 0 for the chief
+    and for every rank up to ``POLLS_PER_ROUND`` ranks (each answers every round, as
+    always); past that, until the next round of its turn, turns taken by rank modulo
+    ``world_size / POLLS_PER_ROUND``, so about that many answer per round, not all at
+    once (a commit wakes every rank: the turns bring them apart again). 1,024 ranks:
+    a turn every 16 rounds, 3.2 s."""
+    turns = math.ceil(world_size / POLLS_PER_ROUND)
+    if rank == 0 or turns <= 1:
+        return 0.0
+    return interval_s * ((rank - round_) % turns or turns)
 
 
 def unanswered_for(asked: dict[int, float], listened: float, for_s: float) -> list[int]:
@@ -54,7 +72,9 @@ class WorkerGroup:
         self.promoted = 0
         self.infos: list[WorkerInfo] = []
         self._inflight: list = []
-        self._sent_at: list[float] = []  # when each rank's outstanding poll was sent
+        self._sent_at: list[float] = []  # when each rank's outstanding poll is due to answer
+        self._held: list[bool] = []  # each rank's outstanding poll is held (poll_hold_s)
+        self._round = 0  # polls sent this attempt: whose turn it is (poll_hold_s)
         self._listened = 0.0  # when the driver last waited for answers
         self.timeline = Timeline()
 
@@ -80,10 +100,8 @@ class WorkerGroup:
         logger.debug("ports reserved in %.3f s", time.monotonic() - t0)
         addresses = [(info.node_ip, info.port) for info in self.infos]
         impl = collective_implementation(self.scaling.use_gpu)
-        refs = [
-            actor.setup.remote(tf_config_json(addresses, rank), impl)
-            for rank, actor in enumerate(self.actors)
-        ]
+        configs = tf_config_jsons(addresses)
+        refs = [actor.setup.remote(configs[rank], impl) for rank, actor in enumerate(self.actors)]
         replies = self._get_all(refs, timeout_s, "create the strategy")
         logger.debug("strategy created in %.3f s", time.monotonic() - t0)
         where = [f"{info.hostname} ({info.node_ip})" for info in self.infos]
@@ -104,17 +122,18 @@ class WorkerGroup:
     def _get_all(self, refs: list, timeout_s: float, what: str) -> list:
         deadline = time.monotonic() + timeout_s
         pending = list(refs)
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}  # not refs.index: O(N^2)
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                ranks = sorted(refs.index(r) for r in pending)
+                ranks = sorted(rank_of[r] for r in pending)
                 raise WorkerSetupError(
                     f"ranks {ranks} did not {what} within {timeout_s:.0f} s "
                     "(RunConfig.setup_timeout_s)"
                 )
-            done, pending = ray.wait(pending, timeout=min(remaining, 1.0))
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(remaining, 1.0))
             for ref in done:
-                self._raise_setup_error(ref, refs.index(ref), what)
+                self._raise_setup_error(ref, rank_of[ref], what)
         return ray.get(list(refs))
 
     @staticmethod
@@ -155,6 +174,8 @@ class WorkerGroup:
             raise WorkerSetupError(f"a worker died while starting: {_first_line(exc)}") from None
         self._inflight = [None] * len(self.actors)
         self._sent_at = [0.0] * len(self.actors)
+        self._held = [False] * len(self.actors)
+        self._round = 0
         self._listened = 0.0
         self.timeline.mark("loops_started")
 
@@ -171,13 +192,23 @@ class WorkerGroup:
 
         A rank that has not answered keeps its poll outstanding instead of being
         asked again, so a hung (e.g. SIGSTOPped) worker never stalls the driver.
+        Past ``POLLS_PER_ROUND`` ranks, every rank but the chief holds its answer
+        until it has news (a checkpoint part, its loop's end, a reply) or its turn
+        (``poll_hold_s``): a round then takes about that many answers, not one per
+        rank, and a death still shows at once (its outstanding call fails).
         """
+        self._round += 1
         for rank, actor in enumerate(self.actors):
             if self._inflight[rank] is None:
-                self._inflight[rank] = actor.poll.remote()
-                self._sent_at[rank] = time.monotonic()
-        pending = [ref for ref in self._inflight if ref is not None]
-        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
+                held = poll_hold_s(len(self.actors), wait_s, rank, self._round)
+                self._inflight[rank] = actor.poll.remote(held) if held else actor.poll.remote()
+                self._sent_at[rank] = time.monotonic() + held  # when an answer is due
+                self._held[rank] = bool(held)
+        now_due = [ref for ref, h in zip(self._inflight, self._held) if ref is not None and not h]
+        ready, _ = ray.wait(now_due, num_returns=len(now_due), timeout=wait_s)
+        held_refs = [ref for ref, h in zip(self._inflight, self._held) if ref is not None and h]
+        if held_refs:
+            ready += ray.wait(held_refs, num_returns=len(held_refs), timeout=0)[0]
         self._listened = time.monotonic()
         answers = self._get_ready(ready)
         out: list[WorkerPoll | WorkerDiedError | None] = []

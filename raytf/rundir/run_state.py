@@ -14,11 +14,12 @@ ones furthest behind, with ``workers_total`` and ``workers_by_state``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from raytf.rundir.storage import Storage
@@ -105,21 +106,18 @@ class RunState:
         self._earlier: dict[str, int] = {}  # entries of a list no longer held, per list
 
     def document(self) -> dict[str, Any]:
-        """What state.json holds: this state, bounded (the module's docstring)."""
-        doc = asdict(self)
-        for key in _EVENT_LISTS:
-            values = doc[key]
-            doc[f"{key}_total"] = self._earlier.get(key, 0) + len(values)
-            doc[key] = values[-RECENT:]
-        workers = doc["workers"]
-        doc["workers_total"] = len(workers)
-        if len(workers) > WORKERS_LISTED:
-            by_state: dict[str, int] = {}
-            for w in workers:
-                by_state[w["state"]] = by_state.get(w["state"], 0) + 1
-            doc["workers_by_state"] = by_state
-            behind = sorted(workers, key=_behind)  # the stragglers
-            doc["workers"] = sorted(behind[:WORKERS_LISTED], key=lambda w: w["rank"])
+        """What state.json holds: this state, bounded (the module's docstring). Copies
+        only what it keeps (``asdict`` copied every worker: 0.1 s at 1,024, each second)."""
+        doc: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "workers":
+                doc.update(_workers(value))
+                continue
+            if f.name in _EVENT_LISTS:
+                doc[f"{f.name}_total"] = self._earlier.get(f.name, 0) + len(value)
+                value = value[-RECENT:]
+            doc[f.name] = copy.deepcopy(value)
         return doc
 
     def add_failure(self, attempt: int, kind: str, cause: BaseException, at: float) -> None:
@@ -170,6 +168,23 @@ class RunState:
         if state != "RUNNING" or time.time() - self.updated >= 1.0:
             self.updated = time.time()
             write(self.document())
+
+
+def _workers(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """``workers`` (copies, the stragglers past ``WORKERS_LISTED``), ``workers_total`` and,
+    past that many, ``workers_by_state``."""
+    out: dict[str, Any] = {}
+    listed = workers
+    if len(workers) > WORKERS_LISTED:
+        by_state: dict[str, int] = {}
+        for w in workers:
+            by_state[w["state"]] = by_state.get(w["state"], 0) + 1
+        out["workers_by_state"] = by_state
+        behind = sorted(workers, key=_behind)  # the stragglers
+        listed = sorted(behind[:WORKERS_LISTED], key=lambda w: w["rank"])
+    out["workers"] = copy.deepcopy(listed)
+    out["workers_total"] = len(workers)
+    return out
 
 
 def _behind(worker: dict) -> tuple:

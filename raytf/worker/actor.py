@@ -309,6 +309,7 @@ class RaytfWorker:
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
         finally:
             self._ended_at = time.time()  # lets the driver tell a slow worker from a late poll
+            self._buffer.news.set()  # a held poll answers now
 
     def request_checkpoint(self, reason: str) -> None:
         """Chief only: have the group save at the next step boundary."""
@@ -327,8 +328,14 @@ class RaytfWorker:
         """Queue one command of an interactive session for the user's loop."""
         self._buffer.commands.put(command)
 
-    def poll(self) -> WorkerPoll:
+    def poll(self, hold_s: float = 0.0) -> WorkerPoll:
+        """What happened since the last poll. ``hold_s``: a large group's driver asks
+        most ranks to answer only once they have news, or after that long
+        (``raytf.group.worker_group.poll_hold_s``), so a round is not one call a rank."""
         self._contact = time.monotonic()  # a driver is there (see claim)
+        if hold_s > 0 and not (self._run is not None and self._run.done()):
+            self._buffer.news.wait(hold_s)
+        self._buffer.news.clear()  # before the drain: news after it sets it again
         done = self._run is not None and self._run.done()
         items = self._buffer.drain()  # after done(): nothing the loop reported is missed
         state, value = (IDLE, None) if self._run is None else (RUNNING, None)

@@ -32,10 +32,15 @@ class _ReportBuffer:
     positions: dict = field(default_factory=dict)  # dataset -> (epoch, batches read)
     total_steps: int | None = None  # what the loop said it will run (status's ETA)
     commands: queue.Queue = field(default_factory=queue.Queue)
+    # Set by what a held poll must not sit on (a checkpoint part, a reply, a shard's
+    # epoch, the loop's end): ``RaytfWorker.poll`` answers at once then.
+    news: threading.Event = field(default_factory=threading.Event)
 
     def put(self, item: Any) -> None:
         with self.lock:
             self.items.append(item)
+        if not isinstance(item, Report):
+            self.news.set()
 
     def drain(self) -> list[Any]:
         with self.lock:

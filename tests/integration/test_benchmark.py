@@ -92,3 +92,33 @@ def test_the_gpu_check_at_smoke_size_gives_every_figure(tmp_path):
     assert rec["redone"] == 0, rec  # the survivors' emergency checkpoint: nothing redone
     (good,) = bench["goodput"]
     assert good["kills"] >= 1 and 0 < good["goodput_pct"] <= 100, good
+
+
+def test_the_control_plane_bench_past_64_ranks_writes_every_key(tmp_path):
+    """``raytf bench control-plane`` at 4 and 130 simulated ranks (past 64: held polls,
+    records in turn): every key of every row, one death and one restart each, and what
+    the run left bounded (state.json's lists, the record's share of the other ranks)."""
+    out, storage = tmp_path / "cp.json", tmp_path / "scratch"
+    run_alone(
+        ["-m", "raytf.tools.cli", "bench", "control-plane", "--workers", "4,130"]
+        + ["--steps", "1200", "--checkpoint-every", "300", "--json", str(out)]
+        + ["--storage", str(storage)]
+    )
+    rows = json.loads(out.read_text())["results"]
+    keys = ("round_ms_p50", "round_cpu_ms_p50", "start_s", "restart_s", "commit_ms")
+    keys += ("state_json_bytes", "driver_rss_mb")
+    assert [row["workers"] for row in rows] == [4, 130]
+    for row in rows:
+        assert all(row[k] > 0 for k in keys), row
+        assert row["attempts"] == 2 and row["commits"] >= 3, row  # one death, one restart
+    state = json.loads((storage / "sim-130" / "state.json").read_text())
+    assert state["state"] == "FINISHED" and state["last_step"] == 1200
+    assert state["workers_total"] == 130 and len(state["workers"]) == 64
+    assert state["startup"]["ranks_total"] == 130 and len(state["startup"]["ranks"]) == 64
+    reports: dict[int, int] = {}
+    with open(storage / "sim-130" / "metrics.jsonl") as f:
+        for doc in map(json.loads, f):
+            if doc["type"] == "report":
+                reports[doc["rank"]] = reports.get(doc["rank"], 0) + 1
+    assert len(reports) == 130 and reports[0] >= 12  # the chief's 12, and those redone
+    assert sum(reports.values()) < 130 * 12  # the others' in turn (3 turns: about a third)

@@ -95,3 +95,32 @@ def test_elastic_slots_place_what_fits_and_give_back_a_drained_node(ray_cluster)
         slots.close()
     assert slots.pgs == [None, None, None]
     assert all(_state(pg) == "REMOVED" for pg in pgs)
+
+
+def test_a_held_poll_answers_at_its_news_or_its_turn(ray_cluster, tmp_path):
+    """The real worker's side of ``poll_hold_s`` (a group past 64 ranks): a held poll
+    waits out its hold while the loop only steps, and answers as soon as the loop ends."""
+    from raytf.bench.control_plane import LiteWorker, sleep_loop
+    from raytf.group.tf_config import tf_config_json
+    from raytf.messages import FINISHED, RUNNING, CheckpointPlan
+
+    cls = ray.remote(LiteWorker).options(num_cpus=0.1, max_concurrency=3)
+    worker = cls.remote(0, 1, False, 0, {})
+    try:
+        info = ray.get(worker.reserve.remote(), timeout=60)
+        ray.get(worker.setup.remote(tf_config_json([(info.node_ip, info.port)], 0), "RING"))
+        config = {"steps": 30, "step_s": 0.1}
+        plan = CheckpointPlan(dir="checkpoints")
+        ray.get(worker.start.remote(sleep_loop, config, str(tmp_path), 0, plan, None))
+        t0 = time.monotonic()
+        held = ray.get(worker.poll.remote(1.0), timeout=60)
+        waited = time.monotonic() - t0
+        assert held.state == RUNNING and 1.0 <= waited < 2.5, (held.state, waited)
+        assert held.step is not None and held.step >= 5  # it stepped while held
+        t0 = time.monotonic()
+        ended = ray.get(worker.poll.remote(60.0), timeout=90)
+        # The loop's end (about 2 s on), not the 60 s hold, ended the wait.
+        assert ended.state == FINISHED and time.monotonic() - t0 < 10, ended.state
+        assert ended.result == {"steps": 30}
+    finally:
+        kill_actor(worker)
