@@ -2,9 +2,10 @@
 
 A page holds a marker such as ``<!-- gen:settings -->`` and the hook puts the
 table there, so the site's CLI, ``RAYTF_*`` variables, exception hierarchy and
-Prometheus metrics are the code's own. Imports only the argparse parser, the
-``Settings`` dataclass and the failure policy (none of them import TensorFlow or
-Ray); the tables' prose is read statically from the source with ``ast``.
+Prometheus metrics are the code's own. Imports only the argparse parsers, the
+``Settings`` dataclass and the failure policy, from the checkout's source (none
+of them imports TensorFlow, Ray, NumPy or fsspec: the site builds with the docs
+extra alone, ``make docs``); the tables' prose is read statically with ``ast``.
 The tests call the same functions (tests/unit/test_docs_site.py).
 """
 
@@ -17,6 +18,7 @@ import dataclasses
 import io
 import os
 import re
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARKER = re.compile(r"<!-- gen:([a-z_]+) -->")
@@ -85,7 +87,7 @@ def _command(prefix: str, parser: argparse.ArgumentParser, help_text: str) -> li
 
 def cli_markdown() -> str:
     """Every ``raytf`` sub-command, its usage and arguments, from ``build_parser()``."""
-    from raytf.bench.checkpoints import parse_args as checkpoints_args
+    from raytf.bench.checkpoints_cli import parse_args as checkpoints_args
     from raytf.bench.main import parse_args as bench_args
     from raytf.bench.node_loss import parse_args as node_loss_args
     from raytf.bench.scale import parse_args as scale_args
@@ -331,6 +333,14 @@ GENERATORS = {
 def render(markdown: str) -> str:
     """The page with each ``<!-- gen:NAME -->`` marker replaced by its table."""
     return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+
+
+def on_config(config, **_):  # the mkdocs hook: raytf importable from the checkout
+    # `make docs` installs the docs extra only, not raytf; mkdocs restores sys.path after
+    # loading a hook's module, not after this event.
+    if ROOT not in sys.path:
+        sys.path.append(ROOT)
+    return config
 
 
 def on_page_markdown(markdown: str, **_) -> str:  # the mkdocs hook

@@ -20,7 +20,7 @@ from raytf.config.checks import (
 )
 from raytf.config.fault_tolerance import CheckpointConfig, FailureConfig
 from raytf.errors import ConfigError
-from raytf.rundir.storage import join_run_dir
+from raytf.rundir.paths import join_run_dir
 from raytf.settings import Settings
 
 PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from raytf.rundir.paths import STATE_FILE
 from raytf.rundir.storage import Storage
 
 logger = logging.getLogger("raytf")
 
-STATE_FILE = "state.json"
 RECENT = 20  # entries of each event list kept in state.json
 WORKERS_LISTED = 64
 _EVENT_LISTS = ("failures", "recoveries_s", "resumed_at", "preemption_log", "resizes")

@@ -37,6 +37,8 @@ import fsspec
 
 from raytf.compat import DISTRIBUTION
 from raytf.errors import ConfigError
+from raytf.rundir.paths import absolute as _absolute
+from raytf.rundir.paths import is_local, join_run_dir  # noqa: F401  (their old home)
 
 logger = logging.getLogger("raytf")
 
@@ -74,22 +76,6 @@ def refresh_fsspec_env() -> None:
         conf.setdefault(protocol, {}).update(kwargs)
     _FROM_ENV.clear()
     _FROM_ENV.update({p: set(kw) for p, kw in fresh.items()})
-
-
-def is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
-def _absolute(local: str) -> str:
-    """A local path or ``file://`` URL as an absolute path (only ever given local ones)."""
-    return os.path.abspath(os.path.expanduser(local.removeprefix("file://")))
-
-
-def join_run_dir(storage_path: str, name: str) -> str:
-    """``storage_path/name``: a URL keeps its scheme, a local path becomes absolute."""
-    if is_local(storage_path):
-        return os.path.join(_absolute(storage_path), name)
-    return posixpath.join(storage_path.rstrip("/"), name)
 
 
 class Storage:

@@ -1,4 +1,9 @@
-"""The ``raytf`` command. Sub-commands grow with the project; each is a small function."""
+"""The ``raytf`` command. Sub-commands grow with the project; each is a small function.
+
+Each imports what it needs when it runs: the parser alone imports no storage
+library, no Ray and no TensorFlow (``--help`` is instant, and the docs site's
+CLI page is built from it with only the docs extra installed).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,12 @@ import json
 import os
 import sys
 
-from raytf.rundir.run_state import STATE_FILE
-from raytf.tools.runs import read_state
+from raytf.rundir.paths import STATE_FILE
 
 
 def _status(args: argparse.Namespace) -> int:
+    from raytf.tools.runs import read_state
+
     try:
         doc = read_state(args.run_dir)
     except FileNotFoundError:

@@ -297,3 +297,46 @@ def test_every_error_a_failed_run_can_hold_is_importable_from_raytf():
     assert {"WorkerError", "WorkerDiedError", "WorkerSetupError", "CheckpointStorageError"} <= named
     assert named <= set(raytf.__all__), sorted(named - set(raytf.__all__))
     assert TrainingFailedError.__name__ in raytf.__all__
+
+
+# What a docs-only venv (`make docs`: the docs extra alone) does not have.
+_NOT_IN_DOCS_VENV = ("ray", "tensorflow", "keras", "numpy", "fsspec", "matplotlib", "tensorboardX")
+
+
+def test_the_generated_tables_need_none_of_raytfs_dependencies(tmp_path):
+    """Every table the hook makes, in a process where raytf's dependencies cannot be
+    imported and raytf is found only as the checkout's source (``on_config``), as in
+    the venv `make docs` builds: the same text as here."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "docs_only.py"
+    hook_path = os.path.join(ROOT, "docs", "hooks", "reference.py")
+    script.write_text(
+        f"""
+import importlib.abc, importlib.util, json, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {_NOT_IN_DOCS_VENV!r}:
+            raise ImportError("not in the docs venv: " + name)
+sys.meta_path.insert(0, Absent())
+spec = importlib.util.spec_from_file_location("hook", {hook_path!r})
+hook = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hook)
+hook.on_config({{}})
+print(json.dumps({{name: gen() for name, gen in hook.GENERATORS.items()}}))
+"""
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        # -S: no site-packages at all (nor raytf's editable install), the stdlib alone
+        [sys.executable, "-S", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tables = __import__("json").loads(proc.stdout)
+    here = _reference()
+    assert tables == {name: gen() for name, gen in here.GENERATORS.items()}
