@@ -340,7 +340,17 @@ def on_config(config, **_):  # the mkdocs hook: raytf importable from the checko
     # loading a hook's module, not after this event.
     if ROOT not in sys.path:
         sys.path.append(ROOT)
+    config["copyright"] = footer()
     return config
+
+
+def footer() -> str:
+    """Every page's footer: the distribution, its version and license (pyproject.toml's)."""
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    field = {k: re.search(rf'^{k} = "([^"]+)"', text, re.M).group(1) for k in ("name", "version")}
+    license_ = re.search(r'^license = "([^"]+)"', text, re.M).group(1)
+    return f"{field['name']} {field['version']} · {license_} license · `raytf version` says yours"
 
 
 def on_page_markdown(markdown: str, **_) -> str:  # the mkdocs hook

@@ -340,3 +340,8 @@ print(json.dumps({{name: gen() for name, gen in hook.GENERATORS.items()}}))
     tables = __import__("json").loads(proc.stdout)
     here = _reference()
     assert tables == {name: gen() for name, gen in here.GENERATORS.items()}
+
+
+def test_every_page_says_the_version_and_license_raytf_reports():
+    text = _reference().footer()
+    assert raytf.__version__ in text and "Apache-2.0" in text and raytf.DISTRIBUTION in text

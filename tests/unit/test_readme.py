@@ -181,3 +181,26 @@ def test_every_code_block_runs_in_the_tests_or_says_why_not():
             if not (run or language == "text" or NOT_RUN.search(before)):
                 unmarked.append(f"{name}: {code.splitlines()[0] if code.strip() else ''}")
     assert unmarked == [], "run it in a test or mark it <!-- not run here: why -->"
+
+
+def test_the_readmes_links_open_something_readable_outside_the_site():
+    """Every relative link of the README (and of cluster_configs/README.md) names a file
+    that exists; a page whose entries the site generates (``:::`` directives, ``gen:``
+    markers) says, outside the built site, where the same text is: files that exist."""
+    for readme in ("README.md", os.path.join("cluster_configs", "README.md")):
+        with open(os.path.join(ROOT, readme)) as f:
+            text = f.read()
+        base = os.path.dirname(os.path.join(ROOT, readme))
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(base, target))
+            assert os.path.isfile(path), (readme, target)
+            with open(path) as f:
+                body = f.read()
+            if ":::" not in body and "<!-- gen:" not in body:
+                continue
+            note = re.search(r"Outside the built site.*?\n\n", body, re.S)
+            assert note, (readme, target)
+            named = re.findall(r"`(raytf/[^`\s]+)`", note.group(0))
+            assert named and all(os.path.exists(os.path.join(ROOT, n)) for n in named), target
