@@ -322,11 +322,55 @@ def metrics_markdown() -> str:
     return "\n".join(rows)
 
 
+# -- the examples gallery ------------------------------------------------------------
+
+# The training jobs first, in the order a newcomer meets them; the tools after.
+JOB_ORDER = (
+    "train_digits.py",
+    "train_synthetic.py",
+    "train_keras_fit.py",
+    "train_keras.py",
+    "train_tf_keras.py",
+    "ray_train_tf.py",
+    "train_ray_data.py",
+    "tune_keras.py",
+    "data_throughput.py",
+    "benchmark.py",
+    "gpu_check.py",
+)
+
+
+def jobs_markdown() -> str:
+    """Each job of ``jobs/``, from its module docstring: what it is, how it is run (the
+    docstring's indented lines), and the rest of its first paragraphs."""
+    names = sorted(os.listdir(os.path.join(ROOT, "jobs")))
+    names = [n for n in JOB_ORDER if n in names] + [
+        n for n in names if n.endswith(".py") and n not in JOB_ORDER
+    ]
+    out = []
+    for name in names:
+        doc = ast.get_docstring(_source(os.path.join("jobs", name))) or ""
+        title, _, rest = doc.partition("\n")
+        commands, prose = [], []
+        for para in rest.strip("\n").split("\n\n"):
+            lines = para.splitlines()
+            if lines and all(line.startswith("    ") for line in lines if line.strip()):
+                commands += [line[4:] for line in lines]
+            elif len(prose) < 2:
+                prose.append(" ".join(para.split()))
+        out += [f"### `jobs/{name}`", "", _cell(title), ""]
+        if commands:
+            out += ["```bash", *commands, "```", ""]
+        out += [p + "\n" for p in prose]
+    return "\n".join(out)
+
+
 GENERATORS = {
     "cli": cli_markdown,
     "settings": settings_markdown,
     "errors": errors_markdown,
     "metrics": metrics_markdown,
+    "jobs": jobs_markdown,
 }
 
 

@@ -345,3 +345,24 @@ print(json.dumps({{name: gen() for name, gen in hook.GENERATORS.items()}}))
 def test_every_page_says_the_version_and_license_raytf_reports():
     text = _reference().footer()
     assert raytf.__version__ in text and "Apache-2.0" in text and raytf.DISTRIBUTION in text
+
+
+def test_the_gallery_shows_every_job_and_every_job_keeps_raytfs_recovery():
+    """The examples page names every job of jobs/ with its docstring's command lines;
+    no job turns recovery off by default (``--max-failures`` unset: raytf's own)."""
+    text = _reference().jobs_markdown()
+    jobs = sorted(n for n in os.listdir(os.path.join(ROOT, "jobs")) if n.endswith(".py"))
+    assert [n for n in jobs if f"### `jobs/{n}`" not in text] == []
+    assert text.count("```bash") >= len(jobs) - 1  # all but one show how they are run
+    for name in jobs:
+        with open(os.path.join(ROOT, "jobs", name)) as f:
+            tree = ast.parse(f.read())
+        for call in ast.walk(tree):
+            if (
+                isinstance(call, ast.Call)
+                and getattr(call.func, "attr", "") == "add_argument"
+                and call.args
+                and getattr(call.args[0], "value", None) == "--max-failures"
+            ):
+                default = {k.arg: k.value for k in call.keywords}.get("default")
+                assert default is None or getattr(default, "value", 0) is None, name
