@@ -28,6 +28,8 @@ EXAMPLE_PAGES = [
 
 # The tutorial: every Python block of it runs, in order (test_the_tutorial_runs_top_to_bottom).
 TUTORIAL = "getting-started/tutorial.md"
+# The tracking page's first block, its TensorBoard tracker (the MLflow one needs MLflow).
+TRACKING = "guides/tracking.md"
 
 # What the README leaves to the reader, defined in the examples' own namespace so that
 # the workers receive them by value.
@@ -166,3 +168,21 @@ def test_the_tutorial_runs_top_to_bottom(ray_cluster, storage):
     # reaches about 0.97 here; 0.9 is far from chance (0.1) and from a broken resume.
     assert ns["accuracy"] > 0.9, ns["accuracy"]
     assert result.metrics["epoch"] == 19, result.metrics
+
+
+def test_the_tracking_recipe_writes_each_report_to_tensorboard(storage, tmp_path):
+    """docs/guides/tracking.md's TensorBoard tracker as written, in local mode: every
+    report of rank 0 is a scalar at its step, and the run's end is in the log."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    block = _blocks(PAGES[TRACKING])[0]
+    block = block.replace('"/shared/runs"', repr(storage))
+    block = block.replace('"/shared/tensorboard"', repr(str(tmp_path / "tb")))
+    ns: dict = {"__name__": "tracking"}
+    exec(compile(block, "tracking", "exec"), ns)
+    assert ns["result"].metrics == {"step": 50, "loss": 1 / 50}
+    events = EventAccumulator(str(tmp_path / "tb" / "exp2"))
+    events.Reload()
+    loss = [(e.step, round(e.value, 6)) for e in events.Scalars("loss")]
+    assert loss == [(s, round(1 / s, 6)) for s in range(5, 51, 5)]
+    assert "end/text_summary" in events.Tags()["tensors"], events.Tags()

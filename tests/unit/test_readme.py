@@ -161,7 +161,7 @@ def _fenced(text: str) -> list[tuple[str, str, str]]:
 def test_every_code_block_runs_in_the_tests_or_says_why_not():
     """A block is run (the examples that start a run, by test_readme_snippets), is output
     (``text``), or follows a comment saying why it is not run here."""
-    from tests.integration.test_readme_snippets import EXAMPLE_PAGES, RUNS, TUTORIAL
+    from tests.integration.test_readme_snippets import EXAMPLE_PAGES, RUNS, TRACKING, TUTORIAL
 
     ran = [
         code
@@ -170,6 +170,7 @@ def test_every_code_block_runs_in_the_tests_or_says_why_not():
         if language == "python" and any(r in code for r in RUNS)
     ]
     ran += [code for language, code, _ in _fenced(PAGES[TUTORIAL]) if language == "python"]
+    ran += [code for language, code, _ in _fenced(PAGES[TRACKING]) if language == "python"][:1]
     # The README opens with its two commands and nothing before them: CI runs `make test`
     # itself; the page that repeats them (index.md, quickstart.md) carries the comment.
     opening = _fenced(README)[0][1]
