@@ -204,5 +204,5 @@ def test_the_readmes_links_open_something_readable_outside_the_site():
                 continue
             note = re.search(r"Outside the built site.*?\n\n", body, re.S)
             assert note, (readme, target)
-            named = re.findall(r"`(raytf/[^`\s]+)`", note.group(0))
+            named = re.findall(r"`((?:raytf|jobs)/[^`\s]*)`", note.group(0))
             assert named and all(os.path.exists(os.path.join(ROOT, n)) for n in named), target
