@@ -60,7 +60,9 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
         if action.choices and not action.option_strings:
             name = " / ".join(action.choices)
         default = ""
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+        # By identity: 0 == False, and a default of 0 (none, off) is one to show.
+        unset = action.default is None or action.default is False
+        if action.option_strings and not unset and action.default != argparse.SUPPRESS:
             default = f"`{action.default}`"
         help_text = action.help or ""
         if action.choices and action.option_strings:

@@ -366,3 +366,15 @@ def test_the_gallery_shows_every_job_and_every_job_keeps_raytfs_recovery():
             ):
                 default = {k.arg: k.value for k in call.keywords}.get("default")
                 assert default is None or getattr(default, "value", 0) is None, name
+
+
+def test_the_cli_table_shows_a_default_of_0_and_hides_unset_ones():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--zero", type=int, default=0, help="0: none")
+    parser.add_argument("--unset", default=None)
+    parser.add_argument("--flag", action="store_true")
+    rows = {
+        row.split("|")[1].strip(): row.split("|")[2].strip()
+        for row in _reference()._arguments(parser)
+    }
+    assert rows == {"`--zero`": "`0`", "`--unset`": "", "`--flag`": ""}
