@@ -128,6 +128,8 @@ class SimHost:
     def _poll(self, r: _Rank, hold_s: float = 0.0) -> WorkerPoll:
         if hold_s > 0 and r.state != FINISHED:
             r.news.wait(hold_s)
+        if r.dead:  # as Ray fails a dead actor's outstanding call at once
+            raise RayActorError()
         r.news.clear()
         with self.lock:
             reports, r.reports = r.reports, []
@@ -175,6 +177,7 @@ class SimHost:
                     # and the dying one's calls fail from now on.
                     if die["rank"] in self.ranks:
                         self.ranks[die["rank"]].dead = True
+                        self.ranks[die["rank"]].news.set()
                     continue
                 for r in live:
                     r.step = step

@@ -22,7 +22,7 @@ def root_cause(group, errors: list[BaseException], grace_s: float) -> BaseExcept
     worker) is usually a poll away, so look once more and let the failure name it."""
     root = pick_root_cause(errors)
     if classify(root) is FailureKind.COLLECTIVE:
-        more = [p for p in group.poll(grace_s) if p is not None]
+        more = [p for p in group.poll(grace_s, hold=False) if p is not None]
         errors += [p for p in more if isinstance(p, WorkerDiedError)]
         errors += [p.error for p in more if isinstance(p, WorkerPoll) and p.error]
         root = pick_root_cause(errors)

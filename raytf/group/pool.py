@@ -197,7 +197,7 @@ class WorkerPool:
                 continue
             out.append((self._full_actor(slot, rank, n), False))
         try:
-            # Workers run calls on two threads, in no fixed order: a promotion must be
+            # Workers run calls on three threads, in no fixed order: a promotion must be
             # complete before the next call (reserve) asks the worker for its rank.
             ray.get(promotions)
         except RayActorError as exc:

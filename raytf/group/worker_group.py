@@ -187,7 +187,7 @@ class WorkerGroup:
             seen[info.node_id] = out[-1] + 1
         return out
 
-    def poll(self, wait_s: float) -> list[WorkerPoll | WorkerDiedError | None]:
+    def poll(self, wait_s: float, hold: bool = True) -> list[WorkerPoll | WorkerDiedError | None]:
         """One answer per rank: a WorkerPoll, WorkerDiedError, or None (no answer yet).
 
         A rank that has not answered keeps its poll outstanding instead of being
@@ -196,17 +196,22 @@ class WorkerGroup:
         until it has news (a checkpoint part, its loop's end, a reply) or its turn
         (``poll_hold_s``): a round then takes about that many answers, not one per
         rank, and a death still shows at once (its outstanding call fails).
+        ``hold=False``: listen to every outstanding poll, held ones too, for up to
+        ``wait_s``, and ask no rank to hold (``root_cause``'s look for the dead rank
+        behind a broken collective: its call fails within that wait).
         """
         self._round += 1
         for rank, actor in enumerate(self.actors):
             if self._inflight[rank] is None:
-                held = poll_hold_s(len(self.actors), wait_s, rank, self._round)
+                held = poll_hold_s(len(self.actors), wait_s, rank, self._round) if hold else 0.0
                 self._inflight[rank] = actor.poll.remote(held) if held else actor.poll.remote()
                 self._sent_at[rank] = time.monotonic() + held  # when an answer is due
                 self._held[rank] = bool(held)
-        now_due = [ref for ref, h in zip(self._inflight, self._held) if ref is not None and not h]
+        now_due = [
+            r for r, h in zip(self._inflight, self._held) if r is not None and (not h or not hold)
+        ]
         ready, _ = ray.wait(now_due, num_returns=len(now_due), timeout=wait_s)
-        held_refs = [ref for ref, h in zip(self._inflight, self._held) if ref is not None and h]
+        held_refs = [r for r, h in zip(self._inflight, self._held) if r is not None and h and hold]
         if held_refs:
             ready += ray.wait(held_refs, num_returns=len(held_refs), timeout=0)[0]
         self._listened = time.monotonic()

@@ -83,7 +83,8 @@ class RunState:
     """An elastic run's size changes."""
     startup: dict[str, Any] = field(default_factory=dict)
     """This attempt's start-up timeline: placed, TensorFlow imported, MWMS made, first
-    step."""
+    step; each rank's under ``ranks`` (past 64 ranks, the 64 slowest; ``ranks_total``
+    counts them all)."""
     updated: float = 0.0
     """When the driver last wrote the file (Unix time)."""
 

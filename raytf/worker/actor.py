@@ -296,6 +296,9 @@ class RaytfWorker:
         self._start_watchers(self._checkpointer)
         liveness.set_current(self._buffer.liveness)
         self._run = self._tf.submit(self._guarded, fn)
+        # Once the future is done (not in _guarded: a poll woken there finds it not done
+        # yet): a held poll answers with the loop's end.
+        self._run.add_done_callback(lambda _: self._buffer.news.set())
 
     def _guarded(self, fn):
         try:
@@ -309,7 +312,6 @@ class RaytfWorker:
             return FAILED, WorkerError(self.rank, type(exc).__name__, str(exc), tb)
         finally:
             self._ended_at = time.time()  # lets the driver tell a slow worker from a late poll
-            self._buffer.news.set()  # a held poll answers now
 
     def request_checkpoint(self, reason: str) -> None:
         """Chief only: have the group save at the next step boundary."""

@@ -124,3 +124,33 @@ def test_a_held_poll_answers_at_its_news_or_its_turn(ray_cluster, tmp_path):
         assert ended.result == {"steps": 30}
     finally:
         kill_actor(worker)
+
+
+def test_a_dead_ranks_held_poll_is_heard_within_the_root_cause_wait(ray_cluster, tmp_path):
+    """Past 64 ranks most polls are held; when peers report a broken collective, the
+    driver listens ``collateral_grace_s`` for the dead rank (``root_cause``): that wait
+    must hear a held poll fail, not only the chief's. 70 simulated ranks in one host."""
+    from raytf.bench.sim_ranks import RankHandle, start_hosts
+    from raytf.config import ScalingConfig
+    from raytf.errors import WorkerDiedError
+    from raytf.group.worker_group import WorkerGroup
+    from raytf.messages import CheckpointPlan
+
+    ((host, _),) = start_hosts(70, per_host=70)
+    group = WorkerGroup(ScalingConfig(num_workers=70), pool=None, attempt=1)
+
+    group.actors = [RankHandle(host, r) for r in range(70)]
+    try:
+        group.setup(60)
+        # A step every 2 ms; rank 69 dies after step 400, about 0.8 s from the start.
+        config = {"steps": 10_000, "step_s": 0.002, "die": {"rank": 69, "step": 400}}
+        group.run(None, config, str(tmp_path), CheckpointPlan(dir="checkpoints"))
+        group.poll(2.0)  # the chief answers at once; the others hold theirs 2 or 4 s
+        assert all(group._held[1:]) and not group._held[0]
+        # At once, as root_cause does after a peer's error: the death comes within it.
+        t0 = time.monotonic()
+        answers = group.poll(3.0, hold=False)
+        died = [a.rank for a in answers if isinstance(a, WorkerDiedError)]
+        assert died == [69], (died, time.monotonic() - t0)
+    finally:
+        kill_actor(host)

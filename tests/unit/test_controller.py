@@ -94,7 +94,7 @@ class FakeGroup:
     def run(self, fn_ref, config, run_dir, ckpt, shards=None):
         self.ckpt = ckpt
 
-    def poll(self, wait_s):
+    def poll(self, wait_s, hold=True):
         return FakeGroup.polls.pop(0)
 
     def silent_ranks(self, for_s):
