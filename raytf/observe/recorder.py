@@ -43,7 +43,8 @@ class RunRecorder:
         self.logs: dict[int, AppendFile] = {}
         self._log_attempt: dict[int, int] = {}
         self._total: int | None = None
-        self._reports_of: dict[int, int] = {}  # reports seen per rank (RECORDED_RANKS)
+        self._reports_of: dict[int, int] = {}  # this attempt's reports per rank (RECORDED_RANKS)
+        self._attempt: int | None = None  # whose ranks _reports_of counts: a resize changes them
         self.tensorboard = TensorBoardWriter(storage)
         self.metrics = RayMetrics(run_name)
         self._paused_until: dict[str, float] = {}  # keeper -> when to try it again
@@ -55,12 +56,14 @@ class RunRecorder:
     # -- what the controller emits ---------------------------------------------
     def _recorded(self, rank: int) -> bool:
         """Rank 0's every report; past ``RECORDED_RANKS`` ranks, another rank's every
-        k-th (k: ranks seen / RECORDED_RANKS, staggered by rank)."""
+        k-th (k: ranks seen this attempt / RECORDED_RANKS, staggered by rank)."""
         seen = self._reports_of[rank] = self._reports_of.get(rank, 0) + 1
         turns = math.ceil(len(self._reports_of) / RECORDED_RANKS)
         return rank == 0 or turns <= 1 or (seen + rank) % turns == 0
 
     def on_poll(self, attempt: int, poll: WorkerPoll) -> None:
+        if attempt != self._attempt:
+            self._attempt, self._reports_of = attempt, {}
         for r in poll.reports:
             if not self._recorded(r.rank):
                 continue

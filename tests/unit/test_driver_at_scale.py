@@ -116,3 +116,22 @@ def test_up_to_recorded_ranks_every_report_is_recorded(tmp_path):
     recorder.events.close()
     text = (tmp_path / "metrics.jsonl").read_text()
     assert text.count('"type": "report"') == 5 * RECORDED_RANKS
+
+
+def test_a_group_shrunk_to_64_ranks_records_every_report_again(tmp_path):
+    """An elastic group of 100 ranks that restarts with 64: from that attempt on, every
+    report of every rank is recorded, as for any group of 64."""
+    recorder = RunRecorder(Storage(str(tmp_path)), "run")
+    poll = collections.namedtuple("Poll", "reports total_steps output rank")
+    for attempt, ranks in ((1, 100), (2, RECORDED_RANKS)):
+        for k in range(4):
+            for r in range(ranks):
+                rep = Report(r, {"step": k}, None, float(k))
+                recorder.on_poll(attempt, poll([rep], None, [], r))
+    recorder.events.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    second = [line for line in lines if line["type"] == "report" and line["attempt"] == 2]
+    assert len(second) == 4 * RECORDED_RANKS
+    first = [line for line in lines if line["type"] == "report" and line["attempt"] == 1]
+    # 100 ranks: the others in turn (2 turns), once the recorder has seen more than 64.
+    assert len([line for line in first if line["rank"] == 0]) == 4 and len(first) < 4 * 100
