@@ -15,14 +15,15 @@ tear-down), the pool's placement group of one bundle per rank, the watchdog,
 the checkpoint commits (every rank writes its part's file into its own
 staging folder, the driver commits them as in a real run), ``state.json``,
 ``metrics.jsonl`` and the progress display. Stand-ins: the rank's body (a
-step is a sleep, no TensorFlow, no MWMS, no ports held), the processes (16
-ranks or more per Ray actor, so a death is a rank's calls failing as Ray's do
+step is a sleep, no TensorFlow, no MWMS, no ports held), the processes
+(``RANKS_PER_HOST`` ranks per Ray actor, so a death is a rank's calls failing as Ray's do
 for a dead actor), and the standbys (a fresh set of hosts, started once
 training runs, as the pool starts its standbys).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -205,7 +206,7 @@ class SimHost:
         took = time.monotonic() - t0
         with self.lock:
             for r, part in parts:
-                r.parts.append(CheckpointPart(**{**part.__dict__, "seconds": took}))
+                r.parts.append(dataclasses.replace(part, seconds=took))
                 r.news.set()
 
 
