@@ -1,29 +1,35 @@
 """``raytf bench checkpoints``: a large model's checkpoints, crashes and goodput.
 
-    raytf bench checkpoints                               # local disk, a temp dir
+    raytf bench checkpoints                               # cost, recovery, goodput (local, S3)
+    raytf bench checkpoints --recovery-kills 20 --goodput-minutes 10 --json FILE
     raytf bench checkpoints --storage s3://bucket/bench   # object storage (fsspec's env)
     raytf bench checkpoints --smoke                       # seconds: every figure, tiny
     raytf bench checkpoints --sizes-mb 300,1500 --stores local,s3 --json FILE  # by size
 
 raytf only (the comparison with hand-launched MWMS and Ray Train is ``raytf
-bench``). The model is an MLP 1024-4096-4096-1024 with Adam: 25.2M parameters, a
-302 MB checkpoint, on random input (the figures are about state, not data). Each
-figure comes from whole runs of 2 workers, a checkpoint every 20 steps:
+bench``). The model ("W2") is an MLP 1024-4096-4096-1024 with Adam: 25.2M
+parameters, a 302 MB checkpoint, on random input (the figures are about state, not
+data). Each figure comes from whole runs of 2 workers (``--parts``):
 
+- cost: raytf's defaults against protection off, per step, from paired runs with a
+  95 % interval (``raytf.bench.cost``);
 - overhead: the loop's time beyond its median step, over the loop, for no
   checkpoints, synchronous saves, asynchronous saves, and asynchronous saves with
-  the per-step state an emergency checkpoint needs; the stall and the persist
-  time of the last commit, from its manifest;
-- recovery: SIGKILL rank 1 after step 40; seconds from the restart's start to the
-  first resumed step (``Result.recoveries_s``), the steps redone (the last step
-  reached before the kill, less the step resumed after), and where the restore
-  read from: object storage runs are measured with host copies and without;
-- goodput: as many steps as ``--goodput-minutes`` hold at the first mode's median
-  step, with rank 1 SIGKILLed every ``--kill-every`` seconds: the steps whose work
-  was kept, at the median of their step times (every attempt's, reported as they
-  run), over the wall time from ``fit()`` to its return;
+  the per-step state an emergency checkpoint needs (a checkpoint every 20 steps);
+  the stall and the persist time of the last commit, from its manifest;
+- recovery: SIGKILL rank 1 after step 40 (then, with ``--recovery-kills N``, every
+  ``--recovery-gap`` seconds, N in all); seconds from each restart's start to the
+  first resumed step (``Result.recoveries_s``), the steps redone, and where the
+  restore read from: object storage runs are measured with host copies and without;
+- goodput: as many steps as ``--goodput-minutes`` hold at the model's median step,
+  with rank 1 SIGKILLed every ``--kill-every`` seconds, on each of
+  ``--goodput-stores`` (local disk; the loopback S3 server): the kept steps at
+  their median time over the wall time from ``fit()`` to its return, and the rest
+  by category (``raytf.bench.lost_time``);
 - results (``--sizes-mb``, ``--stores``): commit, save stall and restore by
   checkpoint size and store, one row each (``raytf.bench.sizes``).
+
+The JSON's top-level keys (``raytf.bench.headline``) are what scripts read.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import time
 import numpy as np
 
 import raytf
-from raytf.bench import sizes
+from raytf.bench import cost, headline, lost_time, sizes
 from raytf.bench.checkpoints_cli import parse_args
 from raytf.rundir.storage import Storage, join_run_dir
 
@@ -97,7 +103,7 @@ def loop(config):
         if config["step_sleep"]:  # a smoke run's pace: the killer must see it train
             time.sleep(config["step_sleep"])
         if config["report_steps"]:  # every attempt's step times, for goodput
-            ctx.report({"step": step, "step_s": times[-1]})
+            ctx.report({"step": step, "step_s": times[-1], "t": time.time()})
     params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     steps = config["steps"]
     return {
@@ -114,11 +120,18 @@ def loop(config):
     }
 
 
-def _killer(run_dir: str, first_at: int, every_s: float | None, out: list, stop: threading.Event):
+def _killer(
+    run_dir: str,
+    first_at: int,
+    every_s: float | None,
+    out: list,
+    stop: threading.Event,
+    limit: int | None = None,
+):
     """SIGKILL the last rank (rank 1 of 2) once it passes ``first_at`` (then every
     ``every_s``, each kill once the run has recovered from the one before: a kill during
-    a restart slower than ``every_s`` would otherwise leave no attempt time to train); records
-    (step reached, time) per kill."""
+    a restart slower than ``every_s`` would otherwise leave no attempt time to train; at
+    most ``limit`` kills); records (step reached, time) per kill."""
     attempt = 0
     while not stop.is_set():
         try:
@@ -140,27 +153,61 @@ def _killer(run_dir: str, first_at: int, every_s: float | None, out: list, stop:
                 continue
             out.append((st["last_step"], time.time()))
             attempt = st["attempt"]
-            if every_s is None:
+            if every_s is None or (limit is not None and len(out) >= limit):
                 return
         stop.wait(0.05)
 
 
-def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copies=True) -> dict:
+def _configs(args, mode: str) -> tuple[raytf.FailureConfig, raytf.CheckpointConfig]:
+    """A mode's fault tolerance: ``defaults`` is raytf's as a user gets them (raytf's own
+    checkpoint interval, emergency checkpoints at their measured cadence, standbys);
+    ``off`` is protection off (``max_failures=0``: no emergency copies, no standbys, and
+    no checkpoints); the others save every ``--checkpoint-every`` steps and retry
+    without limit."""
+    if mode == "defaults":
+        return raytf.FailureConfig(), raytf.CheckpointConfig()
+    if mode == "off":
+        return raytf.FailureConfig(max_failures=0), raytf.CheckpointConfig(default_interval=False)
+    every = None if mode == "none" else args.checkpoint_every
+    failure = raytf.FailureConfig(
+        max_failures=-1,
+        emergency_checkpoint=mode == "async+emergency",
+        emergency_every_steps=args.emergency_every,
+    )
+    checkpoints = raytf.CheckpointConfig(
+        checkpoint_every_steps=every, num_to_keep=2, async_save=mode != "sync"
+    )
+    return failure, checkpoints
+
+
+def one_run(
+    args,
+    mode: str,
+    *,
+    kill_at=None,
+    kill_every=None,
+    kill_limit=None,
+    steps=None,
+    copies=True,
+    report_steps=None,
+) -> dict:
     name = f"ck-{mode.replace('+', '-')}-{time.time_ns() % 10**9}"
     run_dir = join_run_dir(args.storage, name)
-    every = None if mode == "none" else args.checkpoint_every
+    failure, checkpoints = _configs(args, mode)
     kills: list = []
     stop = threading.Event()
     if kill_at is not None or kill_every is not None:
         threading.Thread(
-            target=_killer, args=(run_dir, kill_at or 0, kill_every, kills, stop), daemon=True
+            target=_killer,
+            args=(run_dir, kill_at or 0, kill_every, kills, stop, kill_limit),
+            daemon=True,
         ).start()
     os.environ["RAYTF_HOST_COPY_DIR"] = "/dev/shm" if copies else ""
     config = {"steps": steps or args.steps, "width": args.width, "depth": args.depth}
-    config["every"] = every
-    config["report_steps"] = kill_every is not None
+    config["every"] = checkpoints.checkpoint_every_steps
+    config["report_steps"] = kill_every is not None if report_steps is None else report_steps
     config["step_sleep"] = args.step_sleep
-    t0 = time.monotonic()
+    t0, epoch0 = time.monotonic(), time.time()
     try:
         result = raytf.Trainer(
             loop,
@@ -170,14 +217,8 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
                 name=name,
                 storage_path=args.storage,
                 verbose=0,
-                failure_config=raytf.FailureConfig(
-                    max_failures=-1,
-                    emergency_checkpoint=mode == "async+emergency",
-                    emergency_every_steps=args.emergency_every,
-                ),
-                checkpoint_config=raytf.CheckpointConfig(
-                    checkpoint_every_steps=every, num_to_keep=2, async_save=mode != "sync"
-                ),
+                failure_config=failure,
+                checkpoint_config=checkpoints,
             ),
         ).fit()
     finally:
@@ -211,13 +252,17 @@ def one_run(args, mode: str, *, kill_at=None, kill_every=None, steps=None, copie
         # The step seen before the kill may lag the real one by a poll: never below 0.
         figs["redone"] = max(0, kills[0][0] - out["start"])
         figs["restore_s"] = out["restore_s"]
-    if kill_every is not None:
+    if config["report_steps"]:
+        kill_times = [at for _, at in kills]
+        figs["downtimes_s"] = lost_time.downtimes(result.metrics_history, kill_times)
+        figs["lost"] = lost_time.lost_time(
+            result.metrics_history, kill_times, epoch0, epoch0 + wall
+        )
         # Each step's time from the attempt whose work was kept (a redone step's later
         # report replaces its earlier one); the median keeps each attempt's first,
         # traced step from counting as useful time.
-        kept = {m["step"]: m["step_s"] for m in result.metrics_history if "step_s" in m}
-        figs["useful_step_s"] = float(np.median(list(kept.values())))
-        figs["goodput_pct"] = 100 * len(kept) * figs["useful_step_s"] / wall
+        figs["useful_step_s"] = figs["lost"].get("useful_step_s", 0.0)
+        figs["goodput_pct"] = figs["lost"].get("useful_pct", 0.0)
     return figs
 
 
@@ -237,9 +282,12 @@ def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from raytf.group.cluster import ensure_ray
 
-    sizing = bool(args.sizes_mb) and "sizes" in set(args.parts.split(","))
+    parts = set(args.parts.split(","))
+    names = args.stores.split(",") if args.sizes_mb and "sizes" in parts else []
+    if "goodput" in parts and args.goodput_minutes > 0:
+        names += [n for n in args.goodput_stores.split(",") if n not in ("local", *names)]
     # Before Ray starts: the workers inherit the loopback store's endpoint and keys.
-    stores = sizes.Stores(args.stores.split(","), args.s3_url) if sizing else None
+    stores = sizes.Stores(names, args.s3_url) if names else None
     try:
         ensure_ray()
         return _run(args, stores)
@@ -252,34 +300,93 @@ def _run(args, stores) -> dict:
     kill_at = 2 * args.checkpoint_every  # right on a save: the worst case for an async one
     figures: dict = {"storage": args.storage, "overhead": [], "recovery": [], "goodput": []}
     figures["results"] = []  # --sizes-mb rows (raytf.bench.sizes)
+    figures["cost"] = []
 
     def show(kind: str, figs: dict) -> None:
         figures[kind].append(figs)
         shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in figs.items()}
+        shown.pop("pairs_runs", None)
         print(f"bench checkpoints: {kind} {shown}", flush=True)
 
     modes = [m for m in args.modes.split(",") if m]
     parts = set(args.parts.split(","))
-    if stores is not None:
-        sizes.run(args, stores, one_run, show)
+    if stores is not None and args.sizes_mb and "sizes" in parts:
+        roots = {k: v for k, v in stores.roots.items() if k in args.stores.split(",")}
+        sizes.run(args, roots, one_run, show)
+    for workload in args.cost_workloads.split(",") if "cost" in parts else []:
+        show("cost", cost.paired_runs(args, workload, one_run))
     for mode in modes if "overhead" in parts else []:
         show("overhead", with_cpu_per_save(one_run(args, mode), figures["overhead"]))
-    copies = [True, False] if not Storage(args.storage).local else [True]
-    for with_copies in copies if "recovery" in parts else []:
-        figs = one_run(args, "async+emergency", kill_at=kill_at, copies=with_copies)
-        show("recovery", {**figs, "host_copies": with_copies})
+    median = _median_step(figures) + args.step_sleep  # a step's pace, a smoke run's sleep too
+    if "recovery" in parts and args.recovery_kills > 1:
+        show("recovery", recovery_series(args, kill_at, median))
+    elif "recovery" in parts:
+        copies = [True, False] if not Storage(args.storage).local else [True]
+        for with_copies in copies:
+            figs = one_run(args, "async+emergency", kill_at=kill_at, copies=with_copies)
+            show("recovery", {**figs, "host_copies": with_copies})
     if args.goodput_minutes > 0 and "goodput" in parts:
         # As many steps as the minutes hold without failures (every rank must stop at
         # the same step, so the run is sized in steps, not timed).
-        median = figures["overhead"][0]["median_step_s"] if figures["overhead"] else 0.75
         steps = args.goodput_steps or int(60 * args.goodput_minutes / median)
-        figs = one_run(args, "async+emergency", kill_every=args.kill_every, steps=steps)
-        figs["recovery_median_s"] = statistics.median(figs["recoveries_s"] or [0.0])
-        show("goodput", figs)
+        for store in [s for s in args.goodput_stores.split(",") if s]:
+            root = args.storage if store == "local" else stores.roots[store]
+            figs = one_run(
+                sizes.with_args(args, storage=root),
+                "async+emergency",
+                kill_every=args.kill_every,
+                steps=steps,
+            )
+            figs["recovery_median_s"] = statistics.median(figs["recoveries_s"] or [0.0])
+            show("goodput", {**figs, "store": store})
+    figures.update(headline.headline(figures))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _median_step(figures: dict) -> float:
+    """The model's median step, from the first run that measured one (what sizes the
+    recovery and goodput runs), else 0.75 s (the W2 model's on this machine)."""
+    for kind in ("overhead", "cost"):
+        for figs in figures[kind]:
+            if figs.get("median_step_s"):
+                return figs["median_step_s"]
+    return 0.75
+
+
+def recovery_series(args, kill_at: int, median: float) -> dict:
+    """``--recovery-kills`` SIGKILLs of rank 1 in one run, one every ``--recovery-gap``
+    seconds once the run has recovered from the one before: each recovery's seconds
+    (restart start to the first resumed step) and downtime (kill to the first step's
+    end). Standbys are asked for 2 s into each attempt (``RAYTF_STANDBY_AFTER_S``;
+    30 s by default), so each kill finds them imported, as a kill in a long run does:
+    a kill every 20 s would otherwise always find none."""
+    n = args.recovery_kills
+    steps = kill_at + int(n * args.recovery_gap / median) + 20
+    saved = os.environ.get("RAYTF_STANDBY_AFTER_S")
+    os.environ["RAYTF_STANDBY_AFTER_S"] = "2"
+    try:
+        figs = one_run(
+            args,
+            "async+emergency",
+            kill_at=kill_at,
+            kill_every=args.recovery_gap,
+            kill_limit=n,
+            steps=steps,
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("RAYTF_STANDBY_AFTER_S", None)
+        else:
+            os.environ["RAYTF_STANDBY_AFTER_S"] = saved
+    rec = sorted(figs["recoveries_s"])
+    figs["recovery_p50_s"] = statistics.median(rec) if rec else None
+    figs["recovery_p95_s"] = headline.p95(rec)
+    figs["downtime_p50_s"] = statistics.median(figs["downtimes_s"] or [0.0])
+    figs["redone_steps"] = figs["lost"].get("redone_steps")
+    return figs
 
 
 if __name__ == "__main__":

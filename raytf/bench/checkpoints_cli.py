@@ -23,7 +23,15 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument(
         "--emergency-every", type=int, default=None, help="the emergency copy's cadence (measured)"
     )
-    p.add_argument("--parts", default="overhead,recovery,goodput", help="which figures to run")
+    p.add_argument(
+        "--parts", default="cost,recovery,goodput", help="which: cost, overhead, recovery, goodput"
+    )
+    p.add_argument("--recovery-kills", type=int, default=1, help="SIGKILLs in one run (p50, p95)")
+    p.add_argument("--recovery-gap", type=float, default=20.0, help="seconds between those kills")
+    p.add_argument("--goodput-stores", default="local,s3", help="goodput runs' stores")
+    p.add_argument("--cost-workloads", default="w2", help="w2, mlp (paired runs)")
+    p.add_argument("--cost-pairs", type=int, default=5, help="pairs of runs per workload")
+    p.add_argument("--cost-steps", type=int, default=80, help="steps of a w2 cost run")
     p.add_argument("--workers", type=int, default=2, help="one per GPU with --use-gpu")
     p.add_argument("--use-gpu", action="store_true", help="each worker on a GPU of its own")
     p.add_argument("--width", type=int, default=4096)
@@ -44,7 +52,8 @@ def parse_args(argv) -> argparse.Namespace:
         # Paced: a tiny model's 60 steps took 0.2 s, over before state.json (written once
         # a second) showed the step the recovery run's kill waits for.
         p.set_defaults(steps=120, width=64, depth=32, checkpoint_every=10, step_sleep=0.02)
-        p.set_defaults(goodput_minutes=0.5, kill_every=10.0)
+        p.set_defaults(goodput_minutes=0.5, kill_every=10.0, recovery_gap=3.0)
+        p.set_defaults(goodput_stores="local", cost_pairs=1, cost_steps=60)
         args = p.parse_args(argv)
     args.storage = args.storage or tempfile.mkdtemp(prefix="raytf-bench-ckpt-")
     return args

@@ -99,7 +99,7 @@ def commit_times(run_dir: str) -> list[float]:
 
 def one_size(args, store: str, root: str, size_mb: float, one_run) -> dict:
     """One run at ``size_mb`` on ``store`` (``one_run``: ``checkpoints.one_run``)."""
-    sized = _with(args, storage=root, width=width_for(size_mb), depth=DEPTH)
+    sized = with_args(args, storage=root, width=width_for(size_mb), depth=DEPTH)
     figs = one_run(sized, "async", kill_at=2 * args.checkpoint_every, copies=False)
     run_dir = join_run_dir(root, figs["name"])
     commits = commit_times(run_dir)
@@ -122,18 +122,19 @@ def one_size(args, store: str, root: str, size_mb: float, one_run) -> dict:
     return row
 
 
-def _with(args, **changes):
+def with_args(args, **changes):
+    """A copy of the parsed arguments ``args`` with ``changes``."""
     import argparse
 
     return argparse.Namespace(**{**vars(args), **changes})
 
 
-def run(args, stores: Stores, one_run, show) -> list[dict]:
+def run(args, roots: dict[str, str], one_run, show) -> list[dict]:
     """Every store at every size, smallest first, stores alternated; ``show`` prints
     each row as it lands (and keeps it in the JSON's ``results``)."""
     rows = []
     for size in sorted(float(s) for s in args.sizes_mb.split(",") if s):
-        for name, root in stores.roots.items():
+        for name, root in roots.items():
             rows.append(one_size(args, name, root, size, one_run))
             show("results", rows[-1])
     return rows
