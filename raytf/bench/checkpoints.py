@@ -76,13 +76,17 @@ def loop(config):
     """The large model's loop: times every step, and how long its restore took."""
     import tensorflow as tf
 
+    entered, entered_m = time.time(), time.monotonic()  # a restart's share ends here
     ctx = raytf.get_context()
     strategy = ctx.strategy
     with strategy.scope():
         model, opt, step_fn = large_model(config["width"], config["depth"])
     t0 = time.monotonic()
+    build_s = t0 - entered_m  # the model in the scope: MWMS broadcasts its initial values
     start = ctx.restore(model=model, optimizer=opt)
     restore_s = time.monotonic() - t0
+    # An attempt's first report says where its start went (the recovery's breakdown).
+    parts = {"entered_t": entered, "build_s": build_s, "restore_s": restore_s}
 
     @tf.function
     def train_step():
@@ -103,7 +107,8 @@ def loop(config):
         if config["step_sleep"]:  # a smoke run's pace: the killer must see it train
             time.sleep(config["step_sleep"])
         if config["report_steps"]:  # every attempt's step times, for goodput
-            ctx.report({"step": step, "step_s": times[-1], "t": time.time()})
+            ctx.report({"step": step, "step_s": times[-1], "t": time.time(), **parts})
+            parts = {}
     params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     steps = config["steps"]
     return {
@@ -255,6 +260,7 @@ def one_run(
     if config["report_steps"]:
         kill_times = [at for _, at in kills]
         figs["downtimes_s"] = lost_time.downtimes(result.metrics_history, kill_times)
+        figs["breakdowns"] = lost_time.breakdown(result.metrics_history, kill_times)
         figs["lost"] = lost_time.lost_time(
             result.metrics_history, kill_times, epoch0, epoch0 + wall
         )
@@ -385,6 +391,7 @@ def recovery_series(args, kill_at: int, median: float) -> dict:
     figs["recovery_p50_s"] = statistics.median(rec) if rec else None
     figs["recovery_p95_s"] = headline.p95(rec)
     figs["downtime_p50_s"] = statistics.median(figs["downtimes_s"] or [0.0])
+    figs["breakdown_p50"] = lost_time.medians(figs["breakdowns"])
     figs["redone_steps"] = figs["lost"].get("redone_steps")
     return figs
 

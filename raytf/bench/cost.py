@@ -15,7 +15,7 @@ pairs' ratios with its 95 % interval, the same from the median step beside it
 Workloads (the loop of ``raytf.bench.checkpoints``: a custom training loop):
 
 - ``w2``: the bench's model as given (by default the 25.2M-parameter MLP, a 302 MB
-  checkpoint), ``--cost-steps`` steps a run: long enough for raytf's first timed
+  checkpoint), ``--cost-steps`` steps a run (120): long enough for raytf's first timed
   save (its interval is at least 60 s) to land in it;
 - ``mlp``: a 256-wide MLP (0.2M parameters), 40 times the steps: the per-step
   work at a step of milliseconds, where a fixed cost per step shows most (no save

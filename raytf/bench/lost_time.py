@@ -41,6 +41,38 @@ def downtimes(history: list[dict], kills: list[float]) -> list[float]:
     return out
 
 
+def breakdown(history: list[dict], kills: list[float]) -> list[dict]:
+    """Per kill, where its downtime went, from the first report of the attempt after it
+    (the bench's loop adds ``entered_t``, ``build_s``, ``restore_s`` to an attempt's
+    first report): ``to_loop_s`` from the kill to the loop's entry (detection, the
+    emergency checkpoint, the group's restart), ``build_s`` the model made in the
+    strategy's scope (MWMS broadcasts its initial values), ``restore_s``, and
+    ``first_step_s`` (its trace included)."""
+    firsts = [r for r in _steps(history) if "entered_t" in r]
+    out = []
+    for k in kills:
+        after = [r for r in firsts if r["entered_t"] >= k]
+        if after:
+            r = after[0]
+            out.append(
+                {
+                    "to_loop_s": r["entered_t"] - k,
+                    "build_s": r["build_s"],
+                    "restore_s": r["restore_s"],
+                    "first_step_s": r["step_s"],
+                    "downtime_s": r["t"] - k,
+                }
+            )
+    return out
+
+
+def medians(rows: list[dict]) -> dict:
+    """Each key's median over ``rows`` (dicts with the same keys)."""
+    if not rows:
+        return {}
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
 def lost_time(history: list[dict], kills: list[float], t0: float, t1: float) -> dict:
     """The categories above (seconds, and each as a per cent of the wall), for rank 0's
     reports ``history`` in order, kill times ``kills`` and the run's ``t0``..``t1``

@@ -114,4 +114,20 @@ def test_the_done_when_command_line_parses_to_every_part():
     assert set(args.parts.split(",")) == {"cost", "recovery", "goodput"}
     assert args.recovery_kills == 20 and args.goodput_minutes == 10.0
     assert args.goodput_stores.split(",") == ["local", "s3"]
-    assert args.cost_workloads == "w2" and args.cost_pairs >= 5
+    assert args.cost_workloads == "w2" and args.cost_pairs >= 4
+
+
+def test_a_recoverys_breakdown_adds_up_to_its_downtime():
+    first = {"step": 9, "step_s": 0.8, "t": 14.0, "entered_t": 11.0}
+    history = _reports([7, 8], 0.0) + [first | {"build_s": 0.7, "restore_s": 0.4}]
+    (row,) = lost_time.breakdown(history, [10.0])
+    assert row == {
+        "to_loop_s": 1.0,
+        "build_s": 0.7,
+        "restore_s": 0.4,
+        "first_step_s": 0.8,
+        "downtime_s": 4.0,
+    }
+    assert lost_time.breakdown(history, [12.0]) == []  # no attempt began after it
+    rows = [row, row | {"build_s": 0.1}, row | {"build_s": 0.3}]
+    assert lost_time.medians(rows)["build_s"] == 0.3
