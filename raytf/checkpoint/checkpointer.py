@@ -37,6 +37,7 @@ from raytf.checkpoint.restore import (
     with_seed_states,
 )
 from raytf.checkpoint.schedule import SaveSchedule
+from raytf.checkpoint.unbroadcast import settle
 from raytf.checkpoint.writer import CheckpointWriter
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage, retrying
@@ -165,7 +166,17 @@ class WorkerCheckpointer:
         """Read the committed checkpoint at ``restore_url`` (``raytf.checkpoint.restore``)."""
         t0 = time.monotonic()
         with self.phase("restore", quiet=True):  # restored step counters are not progress
-            self.restored_from = self._read(trackables)
+            build_optimizers(trackables, self.strategy)
+            self.restored_from = read_committed(
+                self.restore_url,
+                storage=self.storage,
+                host_copy=self.host_copy,
+                ckpt=self.ckpt,
+                rank=self.rank,
+                structure=self.structure,
+                apply_state=self._apply_state,
+                after_tf_read=lambda: settle(self.strategy),  # what the restore did not hold
+            )
         step = int(self._step_var.numpy())
         took = time.monotonic() - t0
         # Printed, not logged: it is how a user (and the tests) see where a restart read from.
@@ -175,18 +186,6 @@ class WorkerCheckpointer:
             flush=True,
         )
         return step
-
-    def _read(self, trackables: dict) -> str:
-        build_optimizers(trackables, self.strategy)
-        return read_committed(
-            self.restore_url,
-            storage=self.storage,
-            host_copy=self.host_copy,
-            ckpt=self.ckpt,
-            rank=self.rank,
-            structure=self.structure,
-            apply_state=self._apply_state,
-        )
 
     def _apply_state(self, name: str, doc: dict) -> None:
         """This rank's state file (``name``: its own, or another rank's)."""

@@ -102,6 +102,11 @@ def build_optimizers(trackables: dict, strategy) -> None:
                 t.build(variables)
 
 
+class _AfterReadFailed(Exception):
+    """``after_tf_read`` failed: not the checkpoint's fault (never marked damaged, never
+    read again from storage); its cause is raised as it is."""
+
+
 @dataclass
 class Located:
     """Where a committed checkpoint's files are read from."""
@@ -145,9 +150,12 @@ def read_committed(
     rank: int,
     structure: dict,
     apply_state: Callable[[str, dict], None],
+    after_tf_read: Callable[[], None] = lambda: None,
 ) -> str:
     """Restore ``ckpt`` (a ``tf.train.Checkpoint``) from the committed checkpoint at
-    ``url`` and hand this rank's state file to ``apply_state``; where it was read from."""
+    ``url`` and hand this rank's state file to ``apply_state``; where it was read from.
+    ``after_tf_read`` runs between TensorFlow's read and the state file's, where every
+    rank holds the same state (``raytf.checkpoint.unbroadcast.settle``)."""
     try:
         where = retrying(lambda: locate(storage, host_copy, url), f"reading {url}")
     except (FileNotFoundError, ValueError, KeyError) as exc:  # gone files, a bad manifest
@@ -161,6 +169,10 @@ def read_committed(
 
     def read(tf_dir: str, state_dir: str) -> None:
         ckpt.read(os.path.join(tf_dir, TF_PREFIX)).assert_existing_objects_matched()
+        try:
+            after_tf_read()
+        except Exception as exc:
+            raise _AfterReadFailed() from exc
         name = state_file_for(rank, os.listdir(state_dir))
         with open(os.path.join(state_dir, name)) as f:
             apply_state(name, json.load(f))
@@ -174,7 +186,9 @@ def read_committed(
         try:
             read(where.tf_dir, where.state_dir)
         except Exception as exc:  # noqa: BLE001 - a damaged host copy: storage has the files
-            if structures.tf_mismatch(exc) or source != "host memory":
+            if isinstance(exc, _AfterReadFailed) or structures.tf_mismatch(exc):
+                raise
+            if source != "host memory":
                 raise
             logger.warning("rank %d: host copy %s unusable (%s)", rank, where.tf_dir, exc)
             shutil.rmtree(where.tf_dir, ignore_errors=True)
@@ -190,6 +204,8 @@ def read_committed(
             read(where.scratch, where.scratch)
     except (CheckpointMismatchError, CheckpointStorageError):
         raise
+    except _AfterReadFailed as exc:
+        raise exc.__cause__ from None
     except Exception as exc:  # noqa: BLE001 - TF's refusal, or damage
         if structures.tf_mismatch(exc):
             raise mismatch([f"TensorFlow: {exc}"]) from exc

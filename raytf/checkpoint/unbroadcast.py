@@ -1,26 +1,43 @@
-"""Optimizer slots made for a restore without MWMS's broadcast of their initial values.
+"""Variables made without MWMS's broadcast of their initial values, where a restore
+overwrites them.
 
 Under MWMS every variable made in the strategy's scope takes its initial value
 from the chief through a collective broadcast, so that random initial values
-agree on every rank. A restore makes the optimizers' slots (Adam: two per
-weight) before reading the checkpoint over them, and their initial values are
-constants (zeros, a step counter of 0, the learning rate of the optimizer's
-config): the same on every rank without being sent, and overwritten by the
-restore anyway (it asserts every object it holds was matched). Sent, they cost
-0.69-0.85 s of each recovery for ``raytf bench checkpoints``'s 302 MB model on
-2 workers (200 MB of Adam slots over loopback gRPC; made locally: about 0.05 s).
+agree on every rank. On a resumed attempt the restore overwrites them a moment
+later. Sent, they cost each recovery of ``raytf bench checkpoints``'s 302 MB model
+on 2 workers 0.69-0.85 s for Adam's slots (200 MB over loopback gRPC; made
+locally: about 0.05 s) and 0.93 s (median of 20 recoveries) for the model's own
+100 MB, of a 2.9 s recovery. Two uses:
 
-The model's own variables are still broadcast: made by the user's code before
-the restore, with random initial values, and possibly not all in the
-checkpoint, they must agree whatever happens next.
+- ``locally``: a restore's optimizer slots (``raytf.checkpoint.restore``): their
+  initial values are constants, the same on every rank.
+- ``until_restored`` / ``settle``: on a resumed attempt, every variable the loop
+  makes before its restore takes its initial value on its own rank (random ones
+  differ), and is held. Right after TensorFlow's read of the checkpoint (before
+  any per-rank state is applied), or at the loop's first ``strategy.run`` if it
+  never restores, each rank digests every held variable, the digests are
+  gathered, and only the variables the ranks disagree on are sent from the chief
+  (a variable the checkpoint did not hold): every rank then has what the
+  broadcast would have given it, the chief's values. The digest comparison is
+  also the check that the restore gave every rank the same state.
+
+What this assumes of the loop, each with its test: every rank makes the same
+variables in the same order before its restore (MWMS's broadcast pairs them by
+order too; a count that differs is an error at the restore, not a hang); no
+training step runs before the restore or a ``strategy.run`` (a step runs through
+``strategy.run``: Keras's ``fit`` and every custom MWMS loop do); a value read
+before then (printed weights) may differ between ranks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 
 from raytf import compat
+
+logger = logging.getLogger("raytf")
 
 _ATTR = "_get_variable_creator_initial_value"
 _enabled = False
@@ -40,13 +57,22 @@ def _check() -> str | None:
         params = list(inspect.signature(method).parameters)
         if params != ["self", "replica_id", "device", "primary_var", "kwargs"]:
             return f"{cls.__name__}.{_ATTR}{inspect.signature(method)} changed"
+    create = mirrored_strategy.MirroredExtended.__dict__.get("_create_variable")
+    if create is None or list(inspect.signature(create).parameters) != [
+        "self",
+        "next_creator",
+        "kwargs",
+    ]:
+        return "MirroredExtended._create_variable changed"
+    if "_create_variable" in cars.CollectiveAllReduceExtended.__dict__:
+        return "CollectiveAllReduceExtended makes its own variables"
     # Not its source: a node without TF's .py files would say no alone, and its ranks
     # would wait in a broadcast the others skip. The pinned version says what it does.
     return None
 
 
 PROBE = compat.Probe(
-    "optimizer slots made without a broadcast before a restore",
+    "variables made without a broadcast before a restore",
     "tensorflow",
     _check,
     "they are broadcast from the chief as TensorFlow does (recovery takes longer)",
@@ -79,3 +105,161 @@ def locally(strategy):
             delattr(ext, _ATTR)  # the class's own again
         else:
             setattr(ext, _ATTR, before)
+
+
+# -- a resumed attempt: every variable until the restore -----------------------------
+_HELD = "_raytf_held_variables"  # on the strategy: the variables made locally, in order
+# This process's last settling: (variables held, variables sent from the chief). What a
+# test reads; a log line says the same.
+last_settled: tuple[int, int] | None = None
+
+
+def until_restored(strategy) -> bool:
+    """From now until ``settle``: variables made in ``strategy``'s scope take their
+    initial values locally and are held; the loop's first ``strategy.run`` settles them
+    if no restore did. False (nothing changed) where the probe failed or the strategy
+    is not a multi-worker MWMS."""
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+    from tensorflow.python.distribute import mirrored_strategy
+
+    ext = getattr(strategy, "extended", None)
+    if not _enabled or not isinstance(ext, cars.CollectiveAllReduceExtended):
+        return False
+    if getattr(ext, "_num_workers", 1) < 2 or hasattr(strategy, _HELD):
+        return False
+    held: list = []
+    setattr(strategy, _HELD, held)
+    setattr(ext, _ATTR, getattr(mirrored_strategy.MirroredExtended, _ATTR).__get__(ext))
+    create = type(ext)._create_variable.__get__(ext)
+
+    def held_create(next_creator, **kwargs):
+        variable = create(next_creator, **kwargs)
+        held.append(variable)
+        return variable
+
+    ext._create_variable = held_create
+    run = strategy.run
+
+    def settled_run(*args, **kwargs):
+        if hasattr(strategy, _HELD):
+            import tensorflow as tf
+
+            with tf.init_scope():  # traced in a tf.function: the settling runs eagerly
+                settle(strategy)
+        return run(*args, **kwargs)
+
+    strategy.run = settled_run
+    return True
+
+
+def _stop_holding(strategy) -> list:
+    ext = strategy.extended
+    for name in (_ATTR, "_create_variable"):
+        vars(ext).pop(name, None)  # the class's own again: later variables are broadcast
+    vars(strategy).pop("run", None)
+    return vars(strategy).pop(_HELD)
+
+
+def settle(strategy) -> int:
+    """Make every held variable agree across ranks (the chief's value where they differ)
+    and stop holding; the number of variables sent. A no-op when nothing is held."""
+    if not hasattr(strategy, _HELD):
+        return 0
+    import tensorflow as tf
+    from tensorflow.python.distribute import values as values_lib
+
+    held = _stop_holding(strategy)
+    # Each rank's own copy: a variable synchronized on read would all-reduce if read whole.
+    parts = [v.values[0] if isinstance(v, values_lib.DistributedVariable) else v for v in held]
+    counts = _gather(strategy, tf.constant([len(parts)], tf.int64))
+    if len(set(counts.tolist())) != 1:
+        raise RuntimeError(
+            "the ranks made different numbers of variables before the restore "
+            f"({counts.tolist()} by rank): every rank must build the same model"
+        )
+    global last_settled
+    differ = []
+    if parts:
+        digests = tf.stack([_digest(p) for p in parts])
+        by_rank = _gather(strategy, digests).reshape(-1, len(parts))
+        differ = [i for i in range(len(parts)) if len(set(by_rank[:, i].tolist())) > 1]
+    if differ:
+        _send_from_chief(strategy, [held[i] for i in differ])
+    last_settled = (len(parts), len(differ))
+    logger.info("raytf: %d variables made before the restore, %d sent", *last_settled)
+    return len(differ)
+
+
+def _digest(variable):
+    """A 62-bit fingerprint of the variable's bytes on this rank."""
+    import tensorflow as tf
+
+    data = tf.io.serialize_tensor(variable.read_value())
+    return tf.strings.to_hash_bucket_fast(data, 2**62)
+
+
+def _gather(strategy, tensor):
+    """Every rank's ``tensor`` (int64, one dimension), concatenated in rank order."""
+    import tensorflow as tf
+
+    @tf.function
+    def gather(t):
+        def replica(x):
+            # On the replica's device: an argument placed nowhere has no destination.
+            return tf.distribute.get_replica_context().all_gather(tf.identity(x), axis=0)
+
+        return strategy.run(replica, args=(t,))
+
+    (out,) = strategy.experimental_local_results(gather(tensor))
+    return out.numpy()
+
+
+def _send_from_chief(strategy, variables) -> None:
+    """The chief's values of ``variables`` on every rank, bit for bit: a sum of the
+    chief's bits and the others' zeros, as integers (a float sum would turn -0.0 into
+    0.0; a NaN stays the chief's alone)."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import values as values_lib
+
+    chief = bool(strategy.extended._is_chief)
+    parts = [v.values[0] if isinstance(v, values_lib.DistributedVariable) else v for v in variables]
+
+    @tf.function
+    def send(tensors):
+        def replica(ts):
+            bits = [_as_bits(tf.identity(t)) for t in ts]
+            bits = [b if chief else tf.zeros_like(b) for b in bits]
+            return tf.distribute.get_replica_context().all_reduce("SUM", bits)
+
+        return strategy.run(replica, args=(tensors,))
+
+    (sums,) = strategy.experimental_local_results(send([p.read_value() for p in parts]))
+    for variable, part, value in zip(variables, parts, sums):
+        components = (
+            variable.values if isinstance(variable, values_lib.DistributedVariable) else [variable]
+        )
+        for component in components:
+            component.assign(_from_bits(value, part.dtype))
+
+
+_WIDTH_INT = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _as_bits(tensor):
+    """``tensor``'s bits as int64 (exact for every width up to 8 bytes)."""
+    import tensorflow as tf
+
+    if tensor.dtype == tf.bool:
+        return tf.cast(tensor, tf.int64)
+    if tensor.dtype.is_integer:
+        return tf.cast(tensor, tf.int64)
+    same = tf.bitcast(tensor, getattr(tf, _WIDTH_INT[tensor.dtype.size]))
+    return tf.cast(same, tf.int64)
+
+
+def _from_bits(bits, dtype):
+    import tensorflow as tf
+
+    if dtype == tf.bool or dtype.is_integer:
+        return tf.cast(bits, dtype)
+    return tf.bitcast(tf.cast(bits, getattr(tf, _WIDTH_INT[dtype.size])), dtype)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from raytf.checkpoint import model_out
+from raytf.checkpoint import model_out, unbroadcast
 from raytf.checkpoint.checkpointer import WorkerCheckpointer
 from raytf.checkpoint.host_copy import HostCopy
 from raytf.messages import CheckpointPart, CheckpointPlan
@@ -74,6 +74,9 @@ class RankHost:
         API probed fine (async saves and the emergency copy need it); ``host_copy``:
         this node's copies in memory (object storage)."""
         self.saved_model = plan.saved_model
+        if plan.restore_url is not None:
+            # A resumed attempt: the restore overwrites the variables' initial values.
+            unbroadcast.until_restored(strategy)
         self.checkpointer = checkpointer_for(
             plan,
             storage=Storage(run_dir),
