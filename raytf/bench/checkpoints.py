@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 import raytf
-from raytf.bench import cost, headline, lost_time, sizes
+from raytf.bench import cost, headline, lost_time, series, sizes
 from raytf.bench.checkpoints_cli import parse_args
 from raytf.rundir.storage import Storage, join_run_dir
 
@@ -286,6 +286,12 @@ def with_cpu_per_save(figs: dict, earlier: list[dict]) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report:  # the page's section from an earlier run's JSON, dated by the file
+        from raytf.bench import ft_report
+
+        when = time.strftime("%Y-%m-%d", time.localtime(os.path.getmtime(args.report)))
+        ft_report.write(args.report, args.out or "docs/benchmarks.md", when)
+        return {}
     from raytf.group.cluster import ensure_ray
 
     parts = set(args.parts.split(","))
@@ -325,7 +331,7 @@ def _run(args, stores) -> dict:
         show("overhead", with_cpu_per_save(one_run(args, mode), figures["overhead"]))
     median = _median_step(figures) + args.step_sleep  # a step's pace, a smoke run's sleep too
     if "recovery" in parts and args.recovery_kills > 1:
-        show("recovery", recovery_series(args, kill_at, median))
+        show("recovery", series.run(args, kill_at, median, one_run))
     elif "recovery" in parts:
         copies = [True, False] if not Storage(args.storage).local else [True]
         for with_copies in copies:
@@ -360,40 +366,6 @@ def _median_step(figures: dict) -> float:
             if figs.get("median_step_s"):
                 return figs["median_step_s"]
     return 0.75
-
-
-def recovery_series(args, kill_at: int, median: float) -> dict:
-    """``--recovery-kills`` SIGKILLs of rank 1 in one run, one every ``--recovery-gap``
-    seconds once the run has recovered from the one before: each recovery's seconds
-    (restart start to the first resumed step) and downtime (kill to the first step's
-    end). Standbys are asked for 2 s into each attempt (``RAYTF_STANDBY_AFTER_S``;
-    30 s by default), so each kill finds them imported, as a kill in a long run does:
-    a kill every 20 s would otherwise always find none."""
-    n = args.recovery_kills
-    steps = kill_at + int(n * args.recovery_gap / median) + 20
-    saved = os.environ.get("RAYTF_STANDBY_AFTER_S")
-    os.environ["RAYTF_STANDBY_AFTER_S"] = "2"
-    try:
-        figs = one_run(
-            args,
-            "async+emergency",
-            kill_at=kill_at,
-            kill_every=args.recovery_gap,
-            kill_limit=n,
-            steps=steps,
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("RAYTF_STANDBY_AFTER_S", None)
-        else:
-            os.environ["RAYTF_STANDBY_AFTER_S"] = saved
-    rec = sorted(figs["recoveries_s"])
-    figs["recovery_p50_s"] = statistics.median(rec) if rec else None
-    figs["recovery_p95_s"] = headline.p95(rec)
-    figs["downtime_p50_s"] = statistics.median(figs["downtimes_s"] or [0.0])
-    figs["breakdown_p50"] = lost_time.medians(figs["breakdowns"])
-    figs["redone_steps"] = figs["lost"].get("redone_steps")
-    return figs
 
 
 if __name__ == "__main__":

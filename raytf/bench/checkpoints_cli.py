@@ -39,6 +39,8 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="a tiny model, short runs (the test)")
     p.add_argument("--step-sleep", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="file for the raw figures")
+    p.add_argument("--report", default=None, help="no run: this JSON's section into --out")
+    p.add_argument("--out", default=None, help="with --report: the page (docs/benchmarks.md)")
     p.add_argument("--sizes-mb", default="", help="checkpoint sizes, e.g. 300,1500 (results)")
     p.add_argument("--stores", default="local,s3", help="with --sizes-mb: local, s3")
     p.add_argument("--s3-url", default=None, help="s3 store: this bucket, not the loopback one")

@@ -26,9 +26,8 @@ import time
 
 from raytf.bench import report
 from raytf.bench.harness import measure
+from raytf.bench.report import write_between_markers
 from raytf.bench.ways import raytrain_available
-
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 # Per workload: global batch, steps of a plain run, steps of a recovery run (long
 # enough that the kill, ``--kill-after`` seconds in, lands mid-run).
@@ -167,22 +166,6 @@ def markdown(args, results: dict, took_s: float) -> str:
         ]
         lines += report.scale_lines(results["scale"])
     return "\n".join(lines) + "\n"
-
-
-def write_between_markers(path: str, text: str) -> None:
-    body = f"{BEGIN}\n{text}{END}\n"
-    old = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            old = f.read()
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        new = head + body + ("\n" + tail if tail else "")
-    else:
-        new = (old + "\n" if old else "# Benchmarks\n\n") + body
-    with open(path, "w") as f:
-        f.write(new)
 
 
 def main(argv=None) -> dict:

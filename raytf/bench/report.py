@@ -193,3 +193,22 @@ def startup_lines(runs: dict, workload: str) -> list[str]:
         if xs:
             lines.append(f"| {label} | {cell(xs, '{:.2f}')} |")
     return lines
+
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def write_between_markers(path: str, text: str, begin: str = BEGIN, end: str = END) -> None:
+    body = f"{begin}\n{text}{end}\n"
+    old = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
+        new = head + body + ("\n" + tail if tail else "")
+    else:
+        new = (old + "\n" if old else "# Benchmarks\n\n") + body
+    with open(path, "w") as f:
+        f.write(new)

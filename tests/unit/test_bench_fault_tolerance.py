@@ -1,6 +1,7 @@
 """``raytf bench checkpoints``'s pure parts: paired costs with their interval, the lost
 time of a run with kills by category, and the top-level keys scripts read."""
 
+import json
 import math
 
 import pytest
@@ -131,3 +132,41 @@ def test_a_recoverys_breakdown_adds_up_to_its_downtime():
     assert lost_time.breakdown(history, [12.0]) == []  # no attempt began after it
     rows = [row, row | {"build_s": 0.1}, row | {"build_s": 0.3}]
     assert lost_time.medians(rows)["build_s"] == 0.3
+
+
+def test_the_pages_section_is_written_from_the_json_between_its_markers(tmp_path):
+    from raytf.bench import ft_report
+    from raytf.bench.checkpoints import main
+
+    figures = {
+        "recovery_p50_s": 1.42,
+        "recovery_p95_s": 2.71,
+        "recovery_kills": 20,
+        "goodput_local": 91.5,
+        "goodput_s3": None,
+        "cost_pct": 3.25,
+        "cost_ci_pct": 1.5,
+        "recovery": [{"breakdown_p50": dict.fromkeys(
+            ("to_loop_s", "build_s", "restore_s", "first_step_s", "downtime_s"), 0.5)}],
+        "goodput": [{"store": "local", "kills": 9, "wall_s": 720.0,
+                     "lost": {f"{c}_pct": 10.0 for c in ft_report.CATEGORIES}}],
+        "cost": [{"workload": "w2", "pairs_pct": [3.0, 3.5], "pairs_runs": [
+            {"pair": 0, "arm": "defaults", "mean_step_s": 0.72},
+            {"pair": 0, "arm": "off", "mean_step_s": 0.70}]}],
+    }  # fmt: skip
+    text = ft_report.render(figures, "2026-12-07")
+    assert "Measured 2026-12-07" in text
+    assert "| recovery, median (s) | 1.42 | 1.5 | yes |" in text
+    assert "| recovery, p95 (s) | 2.71 | 2.5 | no |" in text
+    assert "| goodput, loopback S3 (%) | - | 90 | not run |" in text
+    assert "| the defaults' cost per step (%) | 3.25 +- 1.50 (95 %) | 2 | no |" in text
+    assert "| local | 9 | 12.0 min | 10.0 |" in text
+    assert "| 1 | 0.720 s | 0.700 s | +3.0 % |" in text and "| 2 | - s | - s | +3.5 % |" in text
+    page = tmp_path / "page.md"
+    page.write_text(f"# B\n\nbefore\n{ft_report.BEGIN}\nold\n{ft_report.END}\n\nafter\n")
+    src = tmp_path / "figures.json"
+    src.write_text(json.dumps(figures))
+    main(["--report", str(src), "--out", str(page)])
+    out = page.read_text()
+    assert out.startswith("# B\n\nbefore\n") and out.endswith("\nafter\n")
+    assert "old" not in out and "| recovery, median (s) | 1.42 |" in out
