@@ -37,7 +37,7 @@ from raytf.checkpoint.restore import (
     with_seed_states,
 )
 from raytf.checkpoint.schedule import SaveSchedule
-from raytf.checkpoint.unbroadcast import settle
+from raytf.checkpoint.unbroadcast import restored_by, settle
 from raytf.checkpoint.writer import CheckpointWriter
 from raytf.messages import CheckpointPart
 from raytf.rundir.storage import Storage, retrying
@@ -175,7 +175,7 @@ class WorkerCheckpointer:
                 rank=self.rank,
                 structure=self.structure,
                 apply_state=self._apply_state,
-                after_tf_read=lambda: settle(self.strategy),  # what the restore did not hold
+                after_tf_read=lambda: settle(self.strategy, restored_by(self.ckpt)),
             )
         step = int(self._step_var.numpy())
         took = time.monotonic() - t0
