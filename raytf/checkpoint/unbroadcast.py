@@ -184,11 +184,11 @@ def settle(strategy, restored: set[int] | None = None) -> int:
     if not hasattr(strategy, _HELD):
         return 0
     import tensorflow as tf
-    from tensorflow.python.distribute import values as values_lib
 
     global last_settled
     held = _stop_holding(strategy)
-    rest = [v for v in held if id(v) not in (restored or set())]
+    restored = restored or set()
+    rest = [v for v in held if id(v) not in restored]
     # One small sum tells whether every rank holds as many (a differing model would pair
     # other ranks' variables in the collectives below, or hang them).
     n, r = len(held), len(rest)
@@ -202,9 +202,8 @@ def settle(strategy, restored: set[int] | None = None) -> int:
         )
     differ = []
     if rest:
-        # Each rank's own copy: a variable synchronized on read would all-reduce if read.
-        parts = [v.values[0] if isinstance(v, values_lib.DistributedVariable) else v for v in rest]
-        by_rank = _gather(strategy, tf.stack([_digest(p) for p in parts])).reshape(-1, r)
+        digests = tf.stack([_digest(_own_copy(v)) for v in rest])
+        by_rank = _gather(strategy, digests).reshape(-1, r)
         differ = [rest[i] for i in range(r) if len(set(by_rank[:, i].tolist())) > 1]
     if differ:
         _send_from_chief(strategy, differ)
@@ -213,19 +212,27 @@ def settle(strategy, restored: set[int] | None = None) -> int:
     return len(differ)
 
 
+def _on_every_rank(strategy, replica_fn, tensors):
+    """``replica_fn(tensors)`` run in one traced ``strategy.run`` (its collectives with
+    every rank's); this rank's result. The tensors are placed on the replica's device
+    first: an argument placed nowhere gives a collective no destination."""
+    import tensorflow as tf
+
+    @tf.function
+    def on_replica(ts):
+        return strategy.run(lambda xs: replica_fn(tf.nest.map_structure(tf.identity, xs)), (ts,))
+
+    return strategy.experimental_local_results(on_replica(tensors))[0]
+
+
 def _sum(strategy, tensor):
     """The sum over ranks of ``tensor`` (int64)."""
     import tensorflow as tf
 
-    @tf.function
-    def total(t):
-        def replica(x):
-            return tf.distribute.get_replica_context().all_reduce("SUM", tf.identity(x))
+    def total(x):
+        return tf.distribute.get_replica_context().all_reduce("SUM", x)
 
-        return strategy.run(replica, args=(t,))
-
-    (out,) = strategy.experimental_local_results(total(tensor))
-    return out.numpy()
+    return _on_every_rank(strategy, total, tensor).numpy()
 
 
 def _digest(variable):
@@ -240,16 +247,18 @@ def _gather(strategy, tensor):
     """Every rank's ``tensor`` (int64, one dimension), concatenated in rank order."""
     import tensorflow as tf
 
-    @tf.function
-    def gather(t):
-        def replica(x):
-            # On the replica's device: an argument placed nowhere has no destination.
-            return tf.distribute.get_replica_context().all_gather(tf.identity(x), axis=0)
+    def gather(x):
+        return tf.distribute.get_replica_context().all_gather(x, axis=0)
 
-        return strategy.run(replica, args=(t,))
+    return _on_every_rank(strategy, gather, tensor).numpy()
 
-    (out,) = strategy.experimental_local_results(gather(tensor))
-    return out.numpy()
+
+def _own_copy(variable):
+    """This rank's own copy of a variable: one synchronized on read would all-reduce if
+    read whole."""
+    from tensorflow.python.distribute import values as values_lib
+
+    return variable.values[0] if isinstance(variable, values_lib.DistributedVariable) else variable
 
 
 def _send_from_chief(strategy, variables) -> None:
@@ -260,18 +269,13 @@ def _send_from_chief(strategy, variables) -> None:
     from tensorflow.python.distribute import values as values_lib
 
     chief = bool(strategy.extended._is_chief)
-    parts = [v.values[0] if isinstance(v, values_lib.DistributedVariable) else v for v in variables]
+    parts = [_own_copy(v) for v in variables]
 
-    @tf.function
-    def send(tensors):
-        def replica(ts):
-            bits = [_as_bits(tf.identity(t)) for t in ts]
-            bits = [b if chief else tf.zeros_like(b) for b in bits]
-            return tf.distribute.get_replica_context().all_reduce("SUM", bits)
+    def send(ts):
+        bits = [_as_bits(t) if chief else tf.zeros_like(_as_bits(t)) for t in ts]
+        return tf.distribute.get_replica_context().all_reduce("SUM", bits)
 
-        return strategy.run(replica, args=(tensors,))
-
-    (sums,) = strategy.experimental_local_results(send([p.read_value() for p in parts]))
+    sums = _on_every_rank(strategy, send, [p.read_value() for p in parts])
     for variable, part, value in zip(variables, parts, sums):
         components = (
             variable.values if isinstance(variable, values_lib.DistributedVariable) else [variable]
@@ -287,9 +291,7 @@ def _as_bits(tensor):
     """``tensor``'s bits as int64 (exact for every width up to 8 bytes)."""
     import tensorflow as tf
 
-    if tensor.dtype == tf.bool:
-        return tf.cast(tensor, tf.int64)
-    if tensor.dtype.is_integer:
+    if tensor.dtype == tf.bool or tensor.dtype.is_integer:
         return tf.cast(tensor, tf.int64)
     same = tf.bitcast(tensor, getattr(tf, _WIDTH_INT[tensor.dtype.size]))
     return tf.cast(same, tf.int64)

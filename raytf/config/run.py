@@ -281,7 +281,8 @@ class RunConfig:
             if not hasattr(cb, "on_report"):
                 raise ConfigError(
                     f"RunConfig.callbacks: {cb!r} is not a raytf.Callback (subclass it and "
-                    "override on_report, on_checkpoint, on_failure, on_restart or on_state)"
+                    "override on_report, on_checkpoint, on_failure, on_restart, on_state or "
+                    "on_run_end)"
                 )
         object.__setattr__(self, "callbacks", tuple(self.callbacks))
         if self.name is None:

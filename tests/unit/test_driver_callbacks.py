@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+import raytf
 from raytf import Callback, ConfigError, RunConfig
 from raytf.driver.callbacks import DriverCallbacks
 
@@ -64,6 +65,9 @@ def test_no_callbacks_no_thread():
 
 
 def test_run_config_refuses_what_is_not_a_callback():
-    with pytest.raises(ConfigError, match="is not a raytf.Callback"):
+    with pytest.raises(ConfigError, match="is not a raytf.Callback") as refused:
         RunConfig(callbacks=[print])
+    # The message names every hook a Callback has, the last one included.
+    hooks = [name for name in vars(raytf.Callback) if name.startswith("on_")]
+    assert "on_run_end" in hooks and all(name in str(refused.value) for name in hooks)
     assert RunConfig(callbacks=[Recorder()]).callbacks[0].events == []
