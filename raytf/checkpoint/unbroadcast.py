@@ -87,19 +87,26 @@ def enable() -> None:
     _enabled = True
 
 
+def _make_local(ext) -> None:
+    """``ext`` (an MWMS's extended) makes initial values as one process's MirroredStrategy
+    does: on each rank, with no collective (until its own attribute is removed)."""
+    from tensorflow.python.distribute import mirrored_strategy
+
+    setattr(ext, _ATTR, getattr(mirrored_strategy.MirroredExtended, _ATTR).__get__(ext))
+
+
 @contextlib.contextmanager
 def locally(strategy):
     """Within: variables made in ``strategy``'s scope take their initial values on each
     rank, as a single worker's MirroredStrategy does, with no collective."""
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-    from tensorflow.python.distribute import mirrored_strategy
 
     ext = getattr(strategy, "extended", None)
     if not _enabled or not isinstance(ext, cars.CollectiveAllReduceExtended):
         yield
         return
     before = vars(ext).get(_ATTR)
-    setattr(ext, _ATTR, getattr(mirrored_strategy.MirroredExtended, _ATTR).__get__(ext))
+    _make_local(ext)
     try:
         yield
     finally:
@@ -122,7 +129,6 @@ def until_restored(strategy) -> bool:
     if no restore did. False (nothing changed) where the probe failed or the strategy
     is not a multi-worker MWMS."""
     from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-    from tensorflow.python.distribute import mirrored_strategy
 
     ext = getattr(strategy, "extended", None)
     if not _enabled or not isinstance(ext, cars.CollectiveAllReduceExtended):
@@ -131,7 +137,7 @@ def until_restored(strategy) -> bool:
         return False
     held: list = []
     setattr(strategy, _HELD, held)
-    setattr(ext, _ATTR, getattr(mirrored_strategy.MirroredExtended, _ATTR).__get__(ext))
+    _make_local(ext)
     create = type(ext)._create_variable.__get__(ext)
 
     def held_create(next_creator, **kwargs):
