@@ -9,10 +9,15 @@ paced (a checkpoint every 10 steps), for a fixed group of 2 workers and an
 elastic (2, 3) one. ``--kills`` times: the node of the highest rank is
 SIGKILLed, as a lost machine ends, then a new node is added (the spare the
 next kill needs; the elastic group grows back onto it before that kill).
+Each kill comes once the attempt has trained ``WARM_S``, with standbys asked
+for 2 s into it (``RAYTF_STANDBY_AFTER_S``; 30 s by default, so a node lost
+hours into a run finds them imported, as here).
 
 Each kill's figures: ``kill_to_training_s``, from the kill to the first step
-of the attempt after it (``state.json``'s ``resumed_at``), and ``attempts``,
-the attempts the loss cost (one lost node, one retry, is the goal). The
+of the attempt after it (``state.json``'s ``resumed_at``), ``attempts``, the
+attempts the loss cost (one lost node, one retry, is the goal), and
+``warm_ranks``, the ranks of that attempt whose process was already running
+(a standby or a fixed group's reserve, promoted). The
 driver, the pool, placement and the restart are production code; the cluster
 is local processes (each node a ``ray start`` of its own), the work a toy.
 """
@@ -31,6 +36,7 @@ import time
 
 KINDS = {"fixed": "2", "elastic": "2,3"}
 STEP_SLEEP_S = 0.1
+WARM_S = 20.0  # trained this long into an attempt, its standbys have imported TensorFlow
 
 
 def parse_args(argv) -> argparse.Namespace:
@@ -91,6 +97,15 @@ def _wait(run_dir: str, proc, ok, timeout: float = 300) -> dict:
     raise TimeoutError(f"{run_dir}: not there in {timeout:.0f} s: {_state(run_dir)}")
 
 
+def _warm_ranks(st: dict, killed_at: float) -> int:
+    """Ranks of the attempt after the kill whose process started before it: a standby
+    or the reserve promoted, not a new process importing TensorFlow."""
+    startup = st.get("startup") or {}
+    origin = startup.get("driver_started", 0.0)
+    starts = [r.get("process_start") for r in (startup.get("ranks") or {}).values()]
+    return sum(1 for t in starts if t is not None and origin + t < killed_at)
+
+
 def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[dict]:
     from raytf.tools.local.cluster import SIMULATED_HEALTH_CHECK, LocalCluster
 
@@ -100,7 +115,7 @@ def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[di
     rows = []
     health = SIMULATED_HEALTH_CHECK if fast else None  # None: Ray's defaults
     with LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=health) as cluster:
-        env = {**os.environ, **cluster.client_env()}
+        env = {**os.environ, **cluster.client_env(), "RAYTF_STANDBY_AFTER_S": "2"}
         log = open(os.path.join(scratch, f"{kind}.log"), "ab")
         cmd = [sys.executable, "-m", "raytf.bench.node_loss", "--drive", kind]
         proc = subprocess.Popen([*cmd, "--storage", storage], env=env, stdout=log, stderr=log)
@@ -116,6 +131,9 @@ def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[di
                     return s["attempt"] == a and (s.get("last_step") or 0) > n + 10
 
                 st = _wait(run_dir, proc, steady)
+                first = st["startup"]["driver_started"] + st["startup"]["workers_first_step"]
+                time.sleep(max(0.0, first + WARM_S - time.time()))
+                st = _state(run_dir)
                 last = max(st["workers"], key=lambda w: w["rank"])
                 node = next(i for i, n in enumerate(cluster.nodes) if n.ip == last["node_ip"])
                 seen, attempt = len(st.get("resumed_at", [])), st["attempt"]
@@ -130,6 +148,7 @@ def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[di
                         "restart_s": round(st["recoveries_s"][-1], 2),
                         "attempts": st["attempt"] - attempt,
                         "workers_after": len(st["workers"]),
+                        "warm_ranks": _warm_ranks(st, killed_at),
                     }
                 )
                 print(f"bench node-loss: {rows[-1]}", flush=True)

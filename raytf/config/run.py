@@ -33,9 +33,9 @@ class ScalingConfig:
 
     ``num_workers`` is a count, or ``(min, max)`` for an elastic group: it
     starts once ``min`` workers can be placed (after waiting up to
-    ``elastic_wait_s`` for more), continues smaller when a node is lost and no
-    replacement comes within ``elastic_wait_s``, and grows back toward ``max``
-    when capacity returns. Every resize restarts the whole group from a
+    ``elastic_wait_s`` for more), continues smaller at once when a node is lost
+    (on the slots whose processes are warm), and grows back toward ``max`` when
+    capacity returns. Every resize restarts the whole group from a
     committed checkpoint. ``global_batch_size``, when given, is what stays
     fixed across resizes: world sizes it does not split over are skipped.
 

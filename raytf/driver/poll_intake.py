@@ -85,6 +85,8 @@ class PollIntake:
             # a short run, or an attempt that fails at once, pays for no spare processes.
             self._standbys_asked = True
             self.pool.add_standbys()
+        elif self._standbys_asked:
+            self.pool.keep_reserve()  # a node that joined since may take a fixed group's
 
     def _on_commit(self, ckpt) -> None:
         """Every commit, an emergency one included: status, callbacks, a verbose line."""

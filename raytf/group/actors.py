@@ -148,3 +148,14 @@ def kill_actor(actor) -> None:
         ray.kill(actor, no_restart=True)
     except Exception as exc:  # noqa: BLE001 - already gone is fine
         logger.debug("kill failed: %s", exc)
+
+
+def bundle_gpu_ids(strategy, gpus: int) -> list[str]:
+    """The GPUs Ray gives a slot's bundle, asked by a task holding them all: a kept
+    process (zero resources) gets them before TensorFlow touches CUDA."""
+
+    @ray.remote(num_cpus=0, num_gpus=gpus)
+    def ids() -> list[str]:
+        return [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+
+    return ray.get(ids.options(scheduling_strategy=strategy).remote(), timeout=60)

@@ -123,6 +123,20 @@ def refusing_nodes(node_ids: set[str], timeout_s: float = 1.0) -> set[str]:
         return set()
 
 
+def nodes_with_room(bundle: dict[str, float]) -> list[str]:
+    """Live nodes whose free resources hold one ``bundle`` now, by node id; none where
+    the query fails (Ray's own per-node view, a private helper)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        free = available_resources_per_node()
+    except Exception as exc:  # noqa: BLE001 - no answer: no room known
+        logger.debug("free-resources query failed: %s", exc)
+        return []
+    need = {k: v for k, v in bundle.items() if v}
+    return sorted(n for n, res in free.items() if all(res.get(k, 0) >= v for k, v in need.items()))
+
+
 def alive_node_resources() -> list[dict[str, float]]:
     return [n["Resources"] for n in alive_nodes()]
 

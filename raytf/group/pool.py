@@ -1,14 +1,15 @@
 """The slots and spare processes a run keeps across attempts.
 
 The slots (placement groups, see ``slots.py``) are made once and kept: a
-restart does not give the cluster a chance to hand the room to someone else,
-and a slot lost with its node is placed again by Ray on its own. Standbys are
-zero-resource actors in the active slots' bundles with TensorFlow already
-imported; a restart promotes them instead of paying process start and TF
-import again, then makes new standbys once training is back. An elastic group
-that can grow first starts a *spare* (a full actor) in each new slot and
-grows only once the spares have TF imported, so growing costs a restart, not
-an import.
+restart does not give the cluster a chance to hand the room to someone else;
+a slot on a node proven gone is reserved again off it at once. Standbys are
+zero-resource actors with TensorFlow imported, pinned to the active slots'
+nodes (not bundles: a group reserved again keeps them, each handed to the
+slot now on its node); a restart promotes them instead of paying process
+start and TF import again, and makes new ones once training is back. An
+elastic group restarts at once on the slots with warm processes, when they
+are enough, and grows by first starting a *spare* (a full actor) in each new
+slot: growing costs a restart, not an import.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from collections.abc import Callable
 
 import ray
 from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf.config import ScalingConfig
 from raytf.errors import WorkerSetupError
 from raytf.group import kept
-from raytf.group.actors import actor_options, kill_actor, worker_env
+from raytf.group.actors import actor_options, bundle_gpu_ids, kill_actor, worker_env
 from raytf.group.cluster import alive_node_ids, refusing_nodes
 from raytf.group.elastic import WorldSize, choose_world_size
+from raytf.group.reserve import Reserve
 from raytf.group.shipping import worker_runtime_env
 from raytf.group.slots import make_slots
 from raytf.settings import Settings
@@ -58,8 +61,13 @@ class WorkerPool:
         self.bundle = scaling.worker_resources()
         # A Tune trial passes its own placement group; otherwise the pool reserves its slots.
         self.slots = make_slots(scaling, run_name, placement_group)
+        # A fixed group's own reservation keeps a warm process off its nodes for a lost
+        # node's rank (raytf.group.reserve); an elastic group shrinks, Tune's is Tune's.
+        fixed = placement_group is None and not scaling.is_elastic
+        self.reserve = Reserve(self._standby_on) if fixed else None
         self.active: list[int] = []  # slot of each rank
         self.standbys: dict[int, object] = {}  # slot -> zero-resource standby
+        self._standby_nodes: dict[int, str] = {}  # slot -> the node its standby is pinned to
         self.spares: dict[int, tuple[object, object]] = {}  # slot -> (full actor, warm ref)
         self.bundle_gpu_ids: dict[int, list[str]] = {}  # slot -> GPUs Ray gave its bundle
         self._dead_nodes: set[str] = set()  # placed slots' nodes that stopped answering
@@ -81,24 +89,28 @@ class WorkerPool:
 
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
         """Reserve (or find again) the slots for the next attempt; sets ``active``."""
-        # Ray takes seconds to declare a killed node dead: a slot whose standby or
-        # spare does not answer is on a dead node until Ray places it elsewhere.
-        dead = self._ping_all()
+        # Ask the raylet of the last attempt's and its standbys' nodes (a node killed
+        # seconds ago still reads alive): a refusal proves the node gone, its standbys
+        # with it. A standby or spare that does not answer marks its node dead for
+        # this placement (it proves nothing more: it may have died alone).
         placed = self.slots.placed()
-        self._dead_nodes = {placed[s] for s in dead if s in placed}
-        # Ask the raylet of each of the last attempt's nodes (a node killed seconds ago
-        # still reads alive; a slot with no standby has no process to ping). A refusal
-        # proves the node gone; a standby that died alone proves nothing of its node.
         suspects = set(self._slot_nodes.values()) & set(placed.values())
-        refusing = refusing_nodes(suspects)
-        self._dead_nodes |= refusing
+        refusing = refusing_nodes(suspects | set(self._standby_nodes.values()))
+        dead = self._ping_all(refusing, placed)
+        self._dead_nodes = {placed[s] for s in dead if s in placed} | refusing
         alive = alive_node_ids()
         gone = refusing | {n for n in self._slot_nodes.values() if n not in alive}
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
         self.lost_nodes |= gone | (set(self._slot_nodes.values()) & self._dead_nodes)
-        self.active, size = self.slots.place(timeout_s, on_wait, self._usable, gone)
+        restart = bool(self._slot_nodes)
+        usable = self._warm_first if restart else self._usable
+        toward = self.reserve.warm_node(gone) if self.reserve is not None and gone else None
+        self.active, size = self.slots.place(
+            timeout_s, on_wait, usable, gone, settle=restart, toward=toward
+        )
         placed = self.slots.placed()
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
+        self._follow_moved_slots()
         if self.storage_check is not None:
             self.storage_check(set(self._slot_nodes.values()))
         return size
@@ -108,17 +120,71 @@ class WorkerPool:
         ok = [s for s, node in placed.items() if node not in self._dead_nodes]
         return sorted(ok, key=lambda s: (s not in self.standbys and s not in self.spares, s))
 
-    def _ping_all(self) -> list[int]:
-        """Slots whose standby or spare stopped answering; those processes are killed.
+    def _warm(self, slot: int) -> bool:
+        return (slot in self.standbys or slot in self.spares) and self._answered(slot)
+
+    def _warm_first(self, placed: dict[int, str]) -> list[int]:
+        """At a restart: the usable slots with a warm process, when they make a world
+        size; else every usable one. A slot without one (a lost node's, placed again
+        elsewhere) would hold the restart up for a TensorFlow import: it joins later,
+        through growth, once its spare is warm."""
+        usable = self._usable(placed)
+        warm = [s for s in usable if self._warm(s)]
+        return warm if choose_world_size(self.scaling, len(warm)) is not None else usable
+
+    def _follow_moved_slots(self) -> None:
+        """Slots reserved anew (off a gone node) hold new bundles: the GPUs Ray gave the
+        old ones no longer hold, a spare in an old bundle went with it, and a standby
+        (pinned to a node) goes to whichever moved slot is now on its node, else away."""
+        moved = self.slots.moved
+        if not moved:
+            return
+        by_node: dict[str | None, list[int]] = {}
+        for slot in [s for s in self.standbys if s in moved]:
+            by_node.setdefault(self._standby_nodes.get(slot), []).append(slot)
+        standbys, nodes, pings = {}, {}, {}
+        for slot in sorted(moved):
+            self.bundle_gpu_ids.pop(slot, None)
+            if slot in self.spares:
+                kill_actor(self.spares.pop(slot)[0])
+            here = by_node.get(self._slot_nodes.get(slot)) if slot in self.active else None
+            if here:
+                old = here.pop()
+                standbys[slot] = self.standbys.pop(old)
+                nodes[slot] = self._standby_nodes.pop(old)
+                pings[slot] = self._first_ping.pop(old, None)
+        for slot in sorted(moved):  # the reserve's node may hold a lost rank's slot now
+            node = self._slot_nodes.get(slot)
+            if self.reserve is not None and slot not in standbys and node == self.reserve.node:
+                standbys[slot], pings[slot] = self.reserve.take()
+                nodes[slot] = node
+        for slot in [s for s in self.standbys if s in moved]:  # on no slot's node now
+            kill_actor(self.standbys.pop(slot))
+            self._standby_nodes.pop(slot, None)
+            self._first_ping.pop(slot, None)
+        self.standbys.update(standbys)
+        self._standby_nodes.update(nodes)
+        self._first_ping.update({s: p for s, p in pings.items() if p is not None})
+
+    def _ping_all(self, gone: set[str], placed: dict[int, str]) -> list[int]:
+        """Slots whose standby or spare stopped answering or is on a node ``gone``
+        (not asked: the answer would take seconds to fail); those processes are killed.
 
         Only processes that have answered before are judged: one still starting
         (process start and Ray's worker set-up take seconds on a busy node) is
         slow, not dead, and is left to Ray.
         """
         actors = {**self.standbys, **{s: a for s, (a, _) in self.spares.items()}}
+        nodes = {s: placed.get(s) for s in self.spares}  # a spare holds its slot's bundle
+        nodes.update({s: self._standby_nodes.get(s) for s in self.standbys})
+        lost = [s for s in actors if nodes.get(s) in gone]
+        for slot in lost:
+            kill_actor(actors.pop(slot))
+            self.standbys.pop(slot, None)
+            self.spares.pop(slot, None)
         actors = {s: a for s, a in actors.items() if self._answered(s)}
         if not actors:
-            return []
+            return lost
         refs = {s: a.ping.remote() for s, a in actors.items()}
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=STANDBY_PING_TIMEOUT_S)
         dead = []
@@ -136,7 +202,7 @@ class WorkerPool:
                 kill_actor(actors[slot])
                 self.standbys.pop(slot, None)
                 self.spares.pop(slot, None)
-        return dead
+        return lost + dead
 
     def _answered(self, slot: int) -> bool:
         """Has the slot's standby or spare ever answered (or died: that is an answer too)?"""
@@ -180,14 +246,15 @@ class WorkerPool:
                 if standby is not None:
                     kill_actor(standby)
                 continue
-            if standby is not None and (gpu_ids is not None or not self.scaling.use_gpu):
+            if standby is not None and self.scaling.use_gpu and gpu_ids is None:
+                # A bundle reserved anew: ask Ray which GPUs it holds.
+                gpu_ids = bundle_gpu_ids(self.slots.strategy(slot), self.scaling.gpus_per_worker)
+            if standby is not None:
                 promotions.append(
                     standby.promote.remote(rank, n, self.scaling.use_gpu, gpu_ids or [])
                 )
                 out.append((standby, True))
                 continue
-            if standby is not None:
-                kill_actor(standby)
             claimed = self._claim_kept(slot, gpu_ids)
             if claimed is not None:
                 actor, gpu_ids = claimed
@@ -245,19 +312,33 @@ class WorkerPool:
                 self.bundle_gpu_ids[self.active[info.rank]] = list(info.gpu_ids)
 
     def add_standbys(self) -> None:
-        """A zero-resource spare per active slot; each starts importing TF at once."""
+        """A zero-resource spare per active slot, pinned to its node; each starts
+        importing TF at once."""
         for slot in self.active:
-            if slot in self.standbys:
+            node = self._slot_nodes.get(slot)
+            if slot in self.standbys or node is None:
                 continue
-            self.standbys[slot] = self._actor_cls.options(
-                num_cpus=0,
-                num_gpus=0,
-                max_restarts=0,
-                max_concurrency=3,
-                scheduling_strategy=self.slots.strategy(slot),
-                **self._runtime_env_option(),
-            ).remote(None, self.world_size, self.scaling.use_gpu, 0, self._env())
+            self.standbys[slot] = self._standby_on(node)
+            self._standby_nodes[slot] = node
             self._first_ping[slot] = self.standbys[slot].ping.remote()
+        self.keep_reserve()
+
+    def keep_reserve(self) -> None:
+        """A fixed group's reserve, where a node has room (raytf.group.reserve); the driver
+        calls this each round once standbys are due: it looks every ``AGAIN_S`` at most."""
+        if self.reserve is not None:
+            self.reserve.keep(self.bundle, set(self._slot_nodes.values()))
+
+    def _standby_on(self, node: str):
+        """A zero-resource worker process pinned to ``node``; it imports TF at once."""
+        return self._actor_cls.options(
+            num_cpus=0,
+            num_gpus=0,
+            max_restarts=0,
+            max_concurrency=3,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            **self._runtime_env_option(),
+        ).remote(None, self.world_size, self.scaling.use_gpu, 0, self._env())
 
     # -- elastic growth ---------------------------------------------------------
     def growth(self) -> tuple[WorldSize, list[int]] | None:
@@ -286,6 +367,8 @@ class WorkerPool:
     def evict(self, node_ids: set[str]) -> list[int]:
         """Give up the slots on these (draining) nodes, and the processes in them."""
         slots = self.slots.evict(node_ids)
+        if self.reserve is not None and self.reserve.node in node_ids:
+            self.reserve.drop()
         for slot in slots:
             if slot in self.standbys:
                 kill_actor(self.standbys.pop(slot))
@@ -293,16 +376,17 @@ class WorkerPool:
                 kill_actor(self.spares.pop(slot)[0])
             self.bundle_gpu_ids.pop(slot, None)
         if slots and not self.scaling.is_elastic:
-            # One placement group for all: every bundle moves, every standby goes with it.
-            for actor in self.standbys.values():
-                kill_actor(actor)
-            self.standbys, self.bundle_gpu_ids = {}, {}
+            # One placement group for all: every bundle moves (the standbys, pinned to
+            # their nodes, stay for the slots that land there again).
+            self.bundle_gpu_ids = {}
         return slots
 
     def close(self) -> None:
         for actor in [*self.standbys.values(), *(a for a, _ in self.spares.values())]:
             kill_actor(actor)
         self.standbys, self.spares = {}, {}
+        if self.reserve is not None:
+            self.reserve.drop()
         self.slots.close()
         settings = Settings.from_env()
         if settings.keep_processes > 0:  # the next run's warm start (raytf.group.kept)
@@ -314,14 +398,3 @@ class WorkerPool:
                 self._env(),
                 self._runtime_env_option().get("runtime_env"),
             )
-
-
-def bundle_gpu_ids(strategy, gpus: int) -> list[str]:
-    """The GPUs Ray gives a slot's bundle, asked by a task holding them all: a kept
-    process (zero resources) gets them before TensorFlow touches CUDA."""
-
-    @ray.remote(num_cpus=0, num_gpus=gpus)
-    def ids() -> list[str]:
-        return [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
-
-    return ray.get(ids.options(scheduling_strategy=strategy).remote(), timeout=60)

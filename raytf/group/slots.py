@@ -10,7 +10,14 @@ own for pending placement groups); the pool runs on the slots that are
 placed. The placement strategy then applies within each slot only.
 
 Both keep their reservations across attempts: a restart does not give the
-cluster a chance to hand the room to someone else.
+cluster a chance to hand the room to someone else. The exception is a node
+proven gone (its raylet refuses, or Ray lost it): a killed node reads alive in
+Ray's records, its bundles placed, until Ray's health checks fail (15 s with
+Ray's defaults), and only then does Ray move them. The slots on it are
+reserved again at once, with a label selector that keeps them off the gone
+nodes: a fixed group's whole placement group (one group, one strategy), an
+elastic group's lost slots alone. The standbys are pinned to their nodes, not
+to the bundles (``raytf.group.pool``), so the survivors keep theirs.
 """
 
 from __future__ import annotations
@@ -32,11 +39,36 @@ from raytf.group.elastic import WorldSize, choose_world_size
 logger = logging.getLogger("raytf")
 
 WAIT_POLL_S = 0.5
+STEER_S = 3.0  # how long a reservation steered to the survivors' and a warm node may take
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node
+
+
+def avoiding(nodes: set[str] | frozenset[str]) -> dict[str, str]:
+    """A bundle's label selector that keeps it off these nodes (node ids are 56 hex
+    characters: Ray's label values allow 63)."""
+    return {NODE_ID_LABEL: "!in(" + ",".join(sorted(nodes)) + ")"}
 
 
 def bundle_label(bundle: dict[str, float], count: int) -> str:
     inner = ", ".join(f"{k}: {v:g}" for k, v in sorted(bundle.items()))
     return f"{count} x {{{inner}}}"
+
+
+def steered(n: int, before: dict[int, str], gone: set[str], toward: str) -> list[dict[str, str]]:
+    """Each bundle's selector for a group reserved again after a node loss: a surviving
+    slot on its node again (its standby waits there), the first lost slot on ``toward``,
+    any other off the nodes ``gone``."""
+    selectors = []
+    for slot in range(n):
+        node = before.get(slot)
+        if node is not None and node not in gone:
+            selectors.append({NODE_ID_LABEL: f"in({node})"})
+        elif toward is not None:
+            selectors.append({NODE_ID_LABEL: f"in({toward})"})
+            toward = None
+        else:
+            selectors.append(avoiding(gone))
+    return selectors
 
 
 class _AutoscalerAsk:
@@ -81,11 +113,10 @@ class _OneGroup:
     def _off_gone_nodes(self, n: int, gone: set[str], deadline: float, on_wait) -> bool:
         """Wait (until ``deadline``) for every slot to be placed off the nodes ``gone``
         (their raylet refuses, or Ray's records lost them); False at the deadline. A
-        killed node reads alive in Ray's records until its health checks fail (15 s
-        with Ray's defaults) and the group's bundles on it read placed: a restart that
-        trusted them put a worker on a dead node and spent a second retry. Ray moves
-        the bundles once it declares the node dead. (A standby that died alone says
-        nothing of its node: the pool keeps that apart.)"""
+        Tune trial's placement group is Tune's: raytf cannot reserve it again, so a
+        restart waits for Ray to move the bundles, which it does once its health checks
+        declare the node dead. A restart that trusted the bundles on a killed node put
+        a worker there and spent a second retry."""
         if not gone:
             return True
         start = time.monotonic()
@@ -108,26 +139,33 @@ class FixedSlots(_OneGroup):
         self.name = name
         self.bundle = scaling.worker_resources()
         self.pg = None
+        self.moved: set[int] = set()  # slots whose bundles the last place made anew
 
     def place(
-        self, timeout_s: float, on_wait, usable=None, gone=frozenset()
+        self, timeout_s: float, on_wait, usable=None, gone=frozenset(), settle=False, toward=None
     ) -> tuple[list[int], WorldSize]:
-        """Reserve every worker's resources at once (again after a node loss, off the nodes
-        ``gone``), or time out."""
+        """Reserve every worker's resources at once, or time out. After a node loss the
+        whole group is reserved again off the nodes ``gone`` (one placement group keeps
+        one strategy across the group), without waiting for Ray to declare them dead:
+        first asking for the survivors' nodes again and, for a lost slot, the node
+        ``toward`` (where a warm process waits: ``raytf.group.reserve``)."""
         n = self.scaling.num_workers
+        self.moved = set()
+        before = self.placed() if self.pg is not None else {}
+        if set(before.values()) & set(gone):
+            _remove(self.pg)
+            self.pg = None
+            if toward is not None and self.scaling.placement_strategy != "STRICT_PACK":
+                self.pg = self._steered(before, set(gone), toward)
         if self.pg is None:
-            self.pg = placement_group(
-                [dict(self.bundle) for _ in range(n)],
-                strategy=self.scaling.placement_strategy,
-                name=f"raytf:{self.name}",
-            )
+            self.pg = self._new([avoiding(gone) for _ in range(n)] if gone else None)
         ready = self.pg.ready()
         start = time.monotonic()
         label = bundle_label(self.bundle, n)
         ask = _AutoscalerAsk(self.bundle, n)
         while True:
             done, _ = ray.wait([ready], timeout=1.0)
-            if done and self._off_gone_nodes(n, set(gone), start + timeout_s, on_wait):
+            if done:
                 ask.withdraw()  # placed: let idle nodes go when the run ends
                 return list(range(n)), WorldSize(n)
             if ask.maybe_ask():
@@ -141,6 +179,25 @@ class FixedSlots(_OneGroup):
                     "(RunConfig.placement_timeout_s sets the wait)"
                 )
             on_wait(f"waiting for {label}", waited)
+
+    def _new(self, selectors: list[dict[str, str]] | None):
+        self.moved = set(range(self.scaling.num_workers))
+        return placement_group(
+            [dict(self.bundle) for _ in range(self.scaling.num_workers)],
+            strategy=self.scaling.placement_strategy,
+            name=f"raytf:{self.name}",
+            bundle_label_selector=selectors,
+        )
+
+    def _steered(self, before: dict[int, str], gone: set[str], toward: str):
+        """The group on the survivors' nodes and ``toward``, if Ray places it within
+        ``STEER_S`` (else None: another job took the room)."""
+        pg = self._new(steered(self.scaling.num_workers, before, gone, toward))
+        if ray.wait([pg.ready()], timeout=STEER_S)[0]:
+            return pg
+        logger.info("raytf: the survivors' nodes and the reserve's had no room: placing anywhere")
+        _remove(pg)
+        return None
 
     def evict(self, node_ids: set[str]) -> list[int]:
         """Move off draining nodes: a group-wide strategy means re-placing the whole group."""
@@ -173,8 +230,10 @@ class TrialSlots(_OneGroup):
         self.pg = pg
         self.n = scaling.num_workers
 
+    moved: frozenset[int] = frozenset()  # Tune's bundles: never made anew by raytf
+
     def place(
-        self, timeout_s: float, on_wait, usable=None, gone=frozenset()
+        self, timeout_s: float, on_wait, usable=None, gone=frozenset(), settle=False, toward=None
     ) -> tuple[list[int], WorldSize]:
         deadline = time.monotonic() + timeout_s
         done, _ = ray.wait([self.pg.ready()], timeout=timeout_s)
@@ -197,20 +256,36 @@ class ElasticSlots:
         self.name = name
         self.bundle = scaling.worker_resources()
         self.pgs: list = [None] * scaling.max_workers
+        self.moved: set[int] = set()  # slots whose bundles the last place made anew
 
     def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
         return PlacementGroupSchedulingStrategy(
             placement_group=self.pgs[slot], placement_group_bundle_index=0
         )
 
-    def _ensure(self) -> None:
+    def _ensure(self, gone: set[str] | frozenset[str] = frozenset()) -> None:
         for slot, pg in enumerate(self.pgs):
             if pg is None:
                 self.pgs[slot] = placement_group(
                     [dict(self.bundle)],
                     strategy=self.scaling.placement_strategy,
                     name=f"raytf:{self.name}:slot{slot}",
+                    bundle_label_selector=[avoiding(gone)] if gone else None,
                 )
+                self.moved.add(slot)
+
+    def _leave(self, gone: set[str]) -> None:
+        """Reserve again, off the nodes ``gone``, the slots Ray still places on them (it
+        moves them itself only once its health checks declare the node dead)."""
+        if not gone:
+            return
+        table = placement_group_table()
+        for slot, pg in enumerate(self.pgs):
+            node = table.get(pg.id.hex(), {}).get("bundles_to_node_id", {}).get(0) if pg else None
+            if node in gone:
+                _remove(pg)
+                self.pgs[slot] = None
+        self._ensure(gone)
 
     def placed(self) -> dict[int, str]:
         """Slot -> node for slots placed on a live node that is not draining."""
@@ -232,16 +307,21 @@ class ElasticSlots:
         on_wait: Callable[[str, float], None],
         usable: Callable[[dict[int, str]], list[int]],
         gone: set[str] = frozenset(),
+        settle: bool = False,
+        toward: str | None = None,
     ) -> tuple[list[int], WorldSize]:
         """The slots to run on: as many as can be had (up to max), once at least min can.
 
-        Waits up to ``elastic_wait_s`` for the best size before settling for fewer,
-        and up to ``timeout_s`` for ``min``. ``usable`` filters the placed slots
-        (the pool drops slots whose processes do not answer: a node that died but
-        that Ray has not declared dead yet); each slot is a group of its own, so
-        ``gone`` nodes are left by ``usable`` alone.
+        At the start, waits up to ``elastic_wait_s`` for the best size before settling
+        for fewer; a restart (``settle``) goes on at once with what ``usable`` gives,
+        and slots that come later join through growth (which warms their processes
+        first), so a lost node's slot never holds the survivors up. Waits up to
+        ``timeout_s`` for ``min``. ``usable`` filters the placed slots (the pool drops
+        slots whose processes do not answer, and at a restart keeps the warm ones).
         """
         s = self.scaling
+        self.moved = set()
+        self._leave(set(gone))
         best = choose_world_size(s, s.max_workers)
         start = time.monotonic()
         ask = _AutoscalerAsk(self.bundle, s.max_workers)
@@ -250,7 +330,7 @@ class ElasticSlots:
             slots = usable(self.placed())
             size = choose_world_size(s, len(slots))
             waited = time.monotonic() - start
-            if size is not None and (size == best or waited >= s.elastic_wait_s):
+            if size is not None and (size == best or settle or waited >= s.elastic_wait_s):
                 ask.withdraw()
                 return slots[: size.workers], size
             if waited >= 1.0 and ask.maybe_ask():

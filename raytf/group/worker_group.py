@@ -156,6 +156,10 @@ class WorkerGroup:
     ) -> None:
         """Start the user's function on every rank; ``shards[rank]`` is its Ray Data input."""
         local_ranks = self._local_ranks()
+        # The function put anew, on the driver's node alone: Ray still lists the copy a
+        # dead node pulled in an earlier attempt until its health checks fail, and a
+        # new node that pulled from it stalled 10 s (a lost node's restart, measured).
+        fn_ref = ray.put(ray.get(fn_ref)) if isinstance(fn_ref, ray.ObjectRef) else fn_ref
         refs = [
             actor.start.remote(
                 fn_ref, config, run_dir, local_ranks[rank], ckpt, shards[rank] if shards else None

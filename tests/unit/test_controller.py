@@ -33,6 +33,9 @@ class FakePool:
         self.standbys = 0
         self.warmed = []
 
+    def keep_reserve(self):
+        pass
+
     def add_standbys(self):
         self.standbys += 1
 

@@ -43,21 +43,22 @@ def test_no_nodes():
 
 
 class _Moving:
-    """A fixed group's slots as Ray's records show them, poll after poll: a bundle on a
+    """A Tune trial's slots as Ray's records show them, poll after poll: a bundle on a
     killed node, then unplaced (Ray rescheduling it), then on a live node."""
 
     def __init__(self, views):
-        from raytf.group.slots import FixedSlots
+        from raytf.group.slots import TrialSlots
 
-        self.slots = object.__new__(FixedSlots)
+        self.slots = object.__new__(TrialSlots)
         self.views = list(views)
         self.slots.placed = lambda: self.views.pop(0) if len(self.views) > 1 else self.views[0]
 
 
-def test_a_fixed_group_waits_for_ray_to_move_its_slot_off_a_node_proven_gone():
+def test_a_tune_trial_waits_for_ray_to_move_its_slot_off_a_node_proven_gone():
     """A killed node reads alive until Ray's health checks fail (15 s by default) and the
     group's bundle on it reads placed: a restart that trusted it put rank 1 on the dead
-    node and spent a second retry. It waits until the bundle is elsewhere."""
+    node and spent a second retry. Tune owns a trial's placement group, so raytf cannot
+    reserve it again: it waits until the bundle is elsewhere."""
     import time
 
     waits = []
@@ -71,3 +72,27 @@ def test_a_fixed_group_waits_for_ray_to_move_its_slot_off_a_node_proven_gone():
     # Still there at the deadline: not placed (the caller's timeout error says so).
     stuck = _Moving([{0: "a", 1: "dead"}])
     assert not stuck.slots._off_gone_nodes(2, {"dead"}, time.monotonic() + 0.6, lambda *_: None)
+
+
+NODE = "9f" * 28  # Ray's node ids: 56 hex characters
+
+
+def test_a_group_reserved_again_keeps_off_the_gone_nodes_with_selectors_ray_accepts():
+    """A fixed group that lost a node is reserved again at once, not after Ray's health
+    checks: survivors back on their nodes (their standbys wait there), the first lost
+    slot on the reserve's node, any other lost slot anywhere but the gone nodes."""
+    from ray._private.label_utils import validate_label_selector_value
+
+    from raytf.group.slots import NODE_ID_LABEL, avoiding, steered
+
+    a, dead, dead2, spare = NODE, "0a" * 28, "0b" * 28, "0c" * 28
+    gone = {dead, dead2}
+    out = steered(3, {0: a, 1: dead, 2: dead2}, gone, spare)
+    assert out == [
+        {NODE_ID_LABEL: f"in({a})"},
+        {NODE_ID_LABEL: f"in({spare})"},
+        {NODE_ID_LABEL: f"!in({dead},{dead2})"},
+    ]
+    assert avoiding(gone) == out[2]
+    for selector in out:
+        assert validate_label_selector_value(selector[NODE_ID_LABEL]) is None, selector
