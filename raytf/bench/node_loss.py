@@ -10,8 +10,9 @@ elastic (2, 3) one. ``--kills`` times: the node of the highest rank is
 SIGKILLed, as a lost machine ends, then a new node is added (the spare the
 next kill needs; the elastic group grows back onto it before that kill).
 Each kill comes once the attempt has trained ``WARM_S``, with standbys asked
-for 2 s into it (``RAYTF_STANDBY_AFTER_S``; 30 s by default, so a node lost
-hours into a run finds them imported, as here).
+for 2 s into it (``--standby-after``, the run's ``RAYTF_STANDBY_AFTER_S``): a
+node lost hours into a run finds them imported, as here. With 30 (raytf's
+default) every kill comes before them: the cold case.
 
 Each kill's figures: ``kill_to_training_s``, from the kill to the first step
 of the attempt after it (``state.json``'s ``resumed_at``), ``attempts``, the
@@ -48,6 +49,13 @@ def parse_args(argv) -> argparse.Namespace:
         "--fast-health-checks",
         action="store_true",
         help="the tests' health checks (a node found dead in about 3 s), not Ray's defaults",
+    )
+    p.add_argument(
+        "--standby-after",
+        type=float,
+        default=2.0,
+        help="RAYTF_STANDBY_AFTER_S for the run (2; 30, raytf's default, makes every kill "
+        "find no standby: the cold case)",
     )
     p.add_argument("--drive", default=None, help=argparse.SUPPRESS)  # the driver process
     p.add_argument("--storage", default=None, help=argparse.SUPPRESS)
@@ -106,7 +114,9 @@ def _warm_ranks(st: dict, killed_at: float) -> int:
     return sum(1 for t in starts if t is not None and origin + t < killed_at)
 
 
-def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[dict]:
+def one_kind(
+    kind: str, kills: int, scratch: str, fast: bool = False, standby_after: float = 2.0
+) -> list[dict]:
     from raytf.tools.local.cluster import SIMULATED_HEALTH_CHECK, LocalCluster
 
     storage = os.path.join(scratch, "runs")
@@ -115,7 +125,7 @@ def one_kind(kind: str, kills: int, scratch: str, fast: bool = False) -> list[di
     rows = []
     health = SIMULATED_HEALTH_CHECK if fast else None  # None: Ray's defaults
     with LocalCluster(num_nodes=3, cpus_per_node=1, head_cpus=0, system_config=health) as cluster:
-        env = {**os.environ, **cluster.client_env(), "RAYTF_STANDBY_AFTER_S": "2"}
+        env = {**os.environ, **cluster.client_env(), "RAYTF_STANDBY_AFTER_S": str(standby_after)}
         log = open(os.path.join(scratch, f"{kind}.log"), "ab")
         cmd = [sys.executable, "-m", "raytf.bench.node_loss", "--drive", kind]
         proc = subprocess.Popen([*cmd, "--storage", storage], env=env, stdout=log, stderr=log)
@@ -168,7 +178,7 @@ def main(argv=None) -> dict:
     scratch = tempfile.mkdtemp(prefix="raytf-bench-node-loss-")
     out: dict = {"kills": []}
     for kind in [k for k in args.kinds.split(",") if k]:
-        rows = one_kind(kind, args.kills, scratch, args.fast_health_checks)
+        rows = one_kind(kind, args.kills, scratch, args.fast_health_checks, args.standby_after)
         out["kills"] += rows
         times = [r["kill_to_training_s"] for r in rows]
         out[f"{kind}_median_s"] = statistics.median(times)

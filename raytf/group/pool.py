@@ -89,17 +89,17 @@ class WorkerPool:
 
     def place(self, timeout_s: float, on_wait: Callable[[str, float], None]) -> WorldSize:
         """Reserve (or find again) the slots for the next attempt; sets ``active``."""
-        # Ask the raylet of the last attempt's and its standbys' nodes (a node killed
-        # seconds ago still reads alive): a refusal proves the node gone, its standbys
-        # with it. A standby or spare that does not answer marks its node dead for
-        # this placement (it proves nothing more: it may have died alone).
+        # A node killed seconds ago reads alive: a refusing raylet proves it gone, its
+        # standbys with it. A standby or spare that does not answer marks its node dead
+        # for this placement only (it may have died alone).
         placed = self.slots.placed()
         suspects = set(self._slot_nodes.values()) & set(placed.values())
         refusing = refusing_nodes(suspects | set(self._standby_nodes.values()))
-        dead = self._ping_all(refusing, placed)
-        self._dead_nodes = {placed[s] for s in dead if s in placed} | refusing
         alive = alive_node_ids()
-        gone = refusing | {n for n in self._slot_nodes.values() if n not in alive}
+        known = {*self._slot_nodes.values(), *self._standby_nodes.values()}
+        gone = refusing | {n for n in known if n not in alive}
+        dead = self._ping_all(gone, placed)
+        self._dead_nodes = {placed[s] for s in dead if s in placed} | refusing
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
         self.lost_nodes |= gone | (set(self._slot_nodes.values()) & self._dead_nodes)
         restart = bool(self._slot_nodes)
@@ -108,9 +108,10 @@ class WorkerPool:
         self.active, size = self.slots.place(
             timeout_s, on_wait, usable, gone, settle=restart, toward=toward
         )
-        placed = self.slots.placed()
+        placed, before = self.slots.placed(), self._slot_nodes
         self._slot_nodes = {s: placed[s] for s in self.active if s in placed}
-        self._follow_moved_slots()
+        moved = {s for s, n in self._slot_nodes.items() if before.get(s, n) != n}  # by Ray
+        self._follow_moved_slots(self.slots.moved | moved)
         if self.storage_check is not None:
             self.storage_check(set(self._slot_nodes.values()))
         return size
@@ -132,11 +133,10 @@ class WorkerPool:
         warm = [s for s in usable if self._warm(s)]
         return warm if choose_world_size(self.scaling, len(warm)) is not None else usable
 
-    def _follow_moved_slots(self) -> None:
+    def _follow_moved_slots(self, moved: set[int]) -> None:
         """Slots reserved anew (off a gone node) hold new bundles: the GPUs Ray gave the
         old ones no longer hold, a spare in an old bundle went with it, and a standby
         (pinned to a node) goes to whichever moved slot is now on its node, else away."""
-        moved = self.slots.moved
         if not moved:
             return
         by_node: dict[str | None, list[int]] = {}

@@ -152,7 +152,9 @@ class FixedSlots(_OneGroup):
         n = self.scaling.num_workers
         self.moved = set()
         before = self.placed() if self.pg is not None else {}
-        if set(before.values()) & set(gone):
+        # On a gone node, or unplaced (Ray's health checks found the node dead first,
+        # and it reschedules the bundle wherever it likes): reserve the group again.
+        if before and gone and (set(before.values()) & set(gone) or len(before) < n):
             _remove(self.pg)
             self.pg = None
             if toward is not None and self.scaling.placement_strategy != "STRICT_PACK":
