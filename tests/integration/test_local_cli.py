@@ -65,7 +65,12 @@ def warm_workers(dashboard: str, env: dict, count: int, timeout: float = 120) ->
 
 def test_local_cluster_cli_with_job_submit_and_a_killed_node(reference, tmp_path):
     state_file = str(tmp_path / "cluster.json")
-    up = raytf_local(state_file, "up", "--nodes", "3", "--cpus-per-node", "1", "--gpus-per-node=1")
+    # Ray's own health checks, as a cloud cluster has them: the killed node reads alive
+    # for about 15 s, which the restart must not wait out.
+    up = raytf_local(
+        state_file, "up", "--nodes", "3", "--cpus-per-node", "1", "--gpus-per-node=1",
+        "--ray-health-checks",
+    )  # fmt: skip
     assert up.returncode == 0, up.stderr[-3000:]
     try:
         assert re.search(r"head \+ 3 node\(s\) \(1 CPU, 1 GPU each\) up in", up.stdout)
