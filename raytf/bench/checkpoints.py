@@ -195,6 +195,7 @@ def one_run(
     steps=None,
     copies=True,
     report_steps=None,
+    fn=None,
 ) -> dict:
     name = f"ck-{mode.replace('+', '-')}-{time.time_ns() % 10**9}"
     run_dir = join_run_dir(args.storage, name)
@@ -215,7 +216,7 @@ def one_run(
     t0, epoch0 = time.monotonic(), time.time()
     try:
         result = raytf.Trainer(
-            loop,
+            fn or loop,  # another workload's loop (raytf.bench.cost)
             train_loop_config=config,
             scaling_config=raytf.ScalingConfig(num_workers=args.workers, use_gpu=args.use_gpu),
             run_config=raytf.RunConfig(

@@ -29,7 +29,7 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--recovery-kills", type=int, default=1, help="SIGKILLs in one run (p50, p95)")
     p.add_argument("--recovery-gap", type=float, default=20.0, help="seconds between those kills")
     p.add_argument("--goodput-stores", default="local,s3", help="goodput runs' stores")
-    p.add_argument("--cost-workloads", default="w2", help="w2, mlp (paired runs)")
+    p.add_argument("--cost-workloads", default="w2", help="w2, mlp, fit (paired runs)")
     p.add_argument("--cost-pairs", type=int, default=4, help="pairs of runs per workload")
     p.add_argument("--cost-steps", type=int, default=120, help="steps of a w2 cost run")
     p.add_argument("--workers", type=int, default=2, help="one per GPU with --use-gpu")

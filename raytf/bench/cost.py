@@ -20,6 +20,8 @@ Workloads (the loop of ``raytf.bench.checkpoints``: a custom training loop):
 - ``mlp``: a 256-wide MLP (0.2M parameters), 40 times the steps: the per-step
   work at a step of milliseconds, where a fixed cost per step shows most (no save
   lands in its seconds-long runs).
+- ``fit``: TensorFlow's ``fit`` idiom (``raytf.bench.fit_idiom``: Keras's own
+  ``model.fit``, no raytf call in the loop), a 256-wide MLP, 40 times the steps.
 """
 
 from __future__ import annotations
@@ -27,27 +29,36 @@ from __future__ import annotations
 from raytf.bench import paired
 from raytf.bench.sizes import with_args
 
-WORKLOADS = ("w2", "mlp")
+WORKLOADS = ("w2", "mlp", "fit")
 
 
 def _workload_args(args, workload: str):
     if workload == "w2":
         return with_args(args, steps=args.cost_steps, goodput_minutes=0)
-    if workload == "mlp":
+    if workload in ("mlp", "fit"):
         return with_args(args, steps=40 * args.cost_steps, width=256, depth=256)
     raise SystemExit(f"--cost-workloads: unknown workload {workload!r} ({', '.join(WORKLOADS)})")
+
+
+def _loop(workload: str):
+    """The workload's training function; None: the bench's own custom loop."""
+    if workload == "fit":
+        from raytf.bench.fit_idiom import fit_loop
+
+        return fit_loop
+    return None
 
 
 def paired_runs(args, workload: str, one_run) -> dict:
     """``args.cost_pairs`` pairs of runs of ``workload`` (``one_run``:
     ``checkpoints.one_run``); the cost from their mean steps and from their medians."""
-    wargs = _workload_args(args, workload)
+    wargs, fn = _workload_args(args, workload), _loop(workload)
     arms = {"treated": "defaults", "base": "off"}
     pairs, medians, runs = [], [], []
     for i in range(args.cost_pairs):
         figs = {}
         for arm in paired.order(i):
-            figs[arm] = one_run(wargs, arms[arm], copies=True)
+            figs[arm] = one_run(wargs, arms[arm], copies=True, fn=fn)
             runs.append(
                 {
                     "pair": i,

@@ -94,9 +94,10 @@ class WorkerPool:
         # for this placement only (it may have died alone).
         placed = self.slots.placed()
         suspects = set(self._slot_nodes.values()) & set(placed.values())
-        refusing = refusing_nodes(suspects | set(self._standby_nodes.values()))
+        reserve = {self.reserve.node} - {None} if self.reserve is not None else set()
+        refusing = refusing_nodes(suspects | set(self._standby_nodes.values()) | reserve)
         alive = alive_node_ids()
-        known = {*self._slot_nodes.values(), *self._standby_nodes.values()}
+        known = {*self._slot_nodes.values(), *self._standby_nodes.values(), *reserve}
         gone = refusing | {n for n in known if n not in alive}
         dead = self._ping_all(gone, placed)
         self._dead_nodes = {placed[s] for s in dead if s in placed} | refusing
@@ -121,14 +122,13 @@ class WorkerPool:
         ok = [s for s, node in placed.items() if node not in self._dead_nodes]
         return sorted(ok, key=lambda s: (s not in self.standbys and s not in self.spares, s))
 
-    def _warm(self, slot: int) -> bool:
+    def _warm(self, slot: int) -> bool:  # a standby or spare that has answered
         return (slot in self.standbys or slot in self.spares) and self._answered(slot)
 
     def _warm_first(self, placed: dict[int, str]) -> list[int]:
-        """At a restart: the usable slots with a warm process, when they make a world
-        size; else every usable one. A slot without one (a lost node's, placed again
-        elsewhere) would hold the restart up for a TensorFlow import: it joins later,
-        through growth, once its spare is warm."""
+        """At a restart: the usable slots with a warm process, if they make a world size,
+        else every usable one. A cold slot (a lost node's, placed anew) would hold the
+        restart up for a TensorFlow import: it joins later, through growth."""
         usable = self._usable(placed)
         warm = [s for s in usable if self._warm(s)]
         return warm if choose_world_size(self.scaling, len(warm)) is not None else usable

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import ray
 
 from raytf.group.actors import kill_actor
-from raytf.group.cluster import alive_node_ids, draining_nodes, nodes_with_room
+from raytf.group.cluster import draining_nodes, nodes_with_room
 
 logger = logging.getLogger("raytf")
 
@@ -49,45 +49,55 @@ class Reserve:
         self._make = make
         self.actor = None
         self.node: str | None = None
-        self._ping = None
+        self._first = None  # its first ping: answered once its process runs
+        self._ping = None  # the newest ping: a process that died fails it
         self._looked = float("-inf")
 
     def keep(self, bundle: dict[str, float], group_nodes: set[str]) -> None:
-        """Start one where a node has room and holds none of the group's slots (if none
-        runs, and not looked for in the last ``AGAIN_S``)."""
-        if self.actor is not None or time.monotonic() - self._looked < AGAIN_S:
+        """At most every ``AGAIN_S``: end a reserve that died or whose node now holds one
+        of the group's slots, and start one where a node has room and holds none."""
+        if time.monotonic() - self._looked < AGAIN_S:
             return
         self._looked = time.monotonic()
+        if self.actor is not None:
+            if self.node not in group_nodes and self._alive():
+                return
+            self.drop()
         leaving = draining_nodes()
         nodes = [n for n in nodes_with_room(bundle) if n not in group_nodes and n not in leaving]
         if nodes:
             self.node = nodes[0]
             self.actor = self._make(self.node)
-            self._ping = self.actor.ping.remote()
+            self._first = self._ping = self.actor.ping.remote()
 
     def warm_node(self, gone: set[str]) -> str | None:
-        """The reserve's node, if its process has answered and the node is not gone."""
-        if self.actor is None or self.node in gone or self.node not in alive_node_ids():
+        """The reserve's node, if its process has answered and neither it nor its node is
+        known gone."""
+        if self.actor is None or self.node in gone or not self._alive():
             return None
-        done, _ = ray.wait([self._ping], timeout=0)
-        if not done:
-            return None
+        return self.node if ray.wait([self._first], timeout=0)[0] else None
+
+    def _alive(self) -> bool:
+        """False once a ping failed; a ping that answered is followed by a new one (the
+        next look's evidence), one not answered yet is no evidence."""
+        if not ray.wait([self._ping], timeout=0)[0]:
+            return True
         try:
-            ray.get(done[0])
-        except Exception:  # noqa: BLE001 - it died: look for another node later
-            self.drop()
-            return None
-        return self.node
+            ray.get(self._ping)
+        except Exception:  # noqa: BLE001 - dead, or its node: look for another node
+            return False
+        self._ping = self.actor.ping.remote()
+        return True
 
     def take(self) -> tuple[object, object]:
         """The reserve's process and its first ping: now a standby of the slot placed on
         its node."""
-        actor, ping = self.actor, self._ping
-        self.actor, self.node, self._ping = None, None, None
+        actor, first = self.actor, self._first
+        self.actor, self.node, self._first, self._ping = None, None, None, None
         self._looked = float("-inf")  # the next keep() looks for a new one at once
-        return actor, ping
+        return actor, first
 
     def drop(self) -> None:
         if self.actor is not None:
             kill_actor(self.actor)
-        self.actor, self.node, self._ping = None, None, None
+        self.actor, self.node, self._first, self._ping = None, None, None, None

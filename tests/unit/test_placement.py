@@ -96,3 +96,47 @@ def test_a_group_reserved_again_keeps_off_the_gone_nodes_with_selectors_ray_acce
     assert avoiding(gone) == out[2]
     for selector in out:
         assert validate_label_selector_value(selector[NODE_ID_LABEL]) is None, selector
+
+
+class _Actor:
+    """A process as the pool holds it (only killed here: ray.kill of it fails quietly)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _Reserve:
+    def __init__(self, node, actor):
+        self.node, self.actor = node, actor
+
+    def take(self):
+        actor, self.actor, self.node = self.actor, None, None
+        return actor, f"ping of {actor.name}"
+
+
+def test_a_group_reserved_again_hands_each_node_its_warm_process():
+    """After a fixed group is reserved again off a dead node, each slot's bundle may be on
+    another node: the standby pinned to a node goes to the slot now there, the reserve to
+    the lost rank's slot on its node, the dead node's standby away, and no slot keeps the
+    GPUs its old bundle held."""
+    from raytf.group.pool import WorkerPool
+
+    pool = object.__new__(WorkerPool)
+    on_a, on_dead, spare = _Actor("on a"), _Actor("on dead"), _Actor("reserve")
+    pool.standbys = {0: on_dead, 1: on_a}  # slot 1 was on node a, slot 0 on the dead node
+    pool._standby_nodes = {0: "dead", 1: "a"}
+    pool._first_ping = {0: "ping of on dead", 1: "ping of on a"}
+    pool.spares = {}
+    pool.bundle_gpu_ids = {0: ["0"], 1: ["1"]}
+    pool.reserve = _Reserve("r", spare)
+    pool.active = [0, 1]
+    pool._slot_nodes = {0: "a", 1: "r"}  # the new bundles: slot 0 on a, slot 1 on r
+    pool._follow_moved_slots({0, 1})
+    assert pool.standbys == {0: on_a, 1: spare}
+    assert pool._standby_nodes == {0: "a", 1: "r"}
+    assert pool._first_ping == {0: "ping of on a", 1: "ping of reserve"}
+    assert pool.bundle_gpu_ids == {} and pool.reserve.actor is None
+    # Nothing moved (a restart on the same bundles): every process stays where it is.
+    pool.bundle_gpu_ids = {0: ["0"]}
+    pool._follow_moved_slots(set())
+    assert pool.standbys == {0: on_a, 1: spare} and pool.bundle_gpu_ids == {0: ["0"]}
