@@ -173,7 +173,9 @@ class FailureConfig:
     ``raytf.slow_phase``) may take; None: no limit."""
     standby_workers: bool = True
     """Keep a spare process per worker with TensorFlow imported, for fast restarts
-    (started after ``RAYTF_STANDBY_AFTER_S`` of training)."""
+    (started after ``RAYTF_STANDBY_AFTER_S`` of training), pinned to the worker's node;
+    a fixed-size group keeps one more on a node with room for a worker, where a lost
+    node's rank restarts (``raytf.group.reserve``)."""
     emergency_checkpoint: bool = True
     """When a worker dies, commit the survivors' state before restarting."""
     emergency_every_steps: int | None = None

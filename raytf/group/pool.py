@@ -102,7 +102,7 @@ class WorkerPool:
         dead = self._ping_all(gone, placed)
         self._dead_nodes = {placed[s] for s in dead if s in placed} | refusing
         self.lost_nodes = {self._slot_nodes[s] for s in dead if s in self._slot_nodes}
-        self.lost_nodes |= gone | (set(self._slot_nodes.values()) & self._dead_nodes)
+        self.lost_nodes |= gone - reserve | (set(self._slot_nodes.values()) & self._dead_nodes)
         restart = bool(self._slot_nodes)
         usable = self._warm_first if restart else self._usable
         toward = self.reserve.warm_node(gone) if self.reserve is not None and gone else None
