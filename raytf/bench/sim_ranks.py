@@ -251,8 +251,9 @@ class SimPool(WorkerPool):
         super().__init__(scaling, **kwargs)
         self._hosts: list = []  # this attempt's
         self._next: list = []  # started once training runs: the standbys' stand-in
+        self.reserve = None  # no process off the group's nodes: the hosts are simulated
 
-    def _ping_all(self) -> list[int]:
+    def _ping_all(self, gone, placed) -> list[int]:
         return []
 
     def actors_for_ranks(self) -> list[tuple[object, bool]]:
