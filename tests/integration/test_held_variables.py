@@ -13,6 +13,7 @@ test (exact weights after a SIGKILL) runs this path too.
 import hashlib
 import json
 import os
+import time
 
 import pytest
 
@@ -75,7 +76,21 @@ def loop(config):
     for step in range(start + 2, start + 5):
         train_step()
         ctx.step_end(step)
+    if ctx.attempt == 1:
+        # The save of step 4 is asynchronous: raised at once, the error could reach the
+        # driver before every rank's part (a restart then resumed after step 2: 2 runs in
+        # 9). Attempt 2 is to resume after step 4, so its commit comes first.
+        _wait_for_commit(ctx.run_dir, 4)
     raise RuntimeError(f"planned, attempt {ctx.attempt}")
+
+
+def _wait_for_commit(run_dir: str, step: int, timeout_s: float = 60.0) -> None:
+    from raytf.checkpoint.layout import is_committed
+    from raytf.rundir.storage import Storage
+
+    deadline = time.monotonic() + timeout_s
+    while not is_committed(Storage(run_dir), step) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def test_a_resumed_attempts_variables_agree_with_or_without_a_restore(
