@@ -147,16 +147,15 @@ class WorkerPool:
             self.bundle_gpu_ids.pop(slot, None)
             if slot in self.spares:
                 kill_actor(self.spares.pop(slot)[0])
-            here = by_node.get(self._slot_nodes.get(slot)) if slot in self.active else None
+            node = self._slot_nodes.get(slot) if slot in self.active else None
+            here = by_node.get(node) if node is not None else None
             if here:
                 old = here.pop()
                 standbys[slot] = self.standbys.pop(old)
                 nodes[slot] = self._standby_nodes.pop(old)
                 pings[slot] = self._first_ping.pop(old, None)
-        for slot in sorted(moved):  # the reserve's node may hold a lost rank's slot now
-            node = self._slot_nodes.get(slot)
-            if self.reserve is not None and slot not in standbys and node == self.reserve.node:
-                standbys[slot], pings[slot] = self.reserve.take()
+            elif node is not None and self.reserve is not None and node == self.reserve.node:
+                standbys[slot], pings[slot] = self.reserve.take()  # a lost rank's slot
                 nodes[slot] = node
         for slot in [s for s in self.standbys if s in moved]:  # on no slot's node now
             kill_actor(self.standbys.pop(slot))

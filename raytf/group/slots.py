@@ -110,26 +110,6 @@ class _OneGroup:
             return {}
         return dict(placement_group_table(self.pg).get("bundles_to_node_id", {}))
 
-    def _off_gone_nodes(self, n: int, gone: set[str], deadline: float, on_wait) -> bool:
-        """Wait (until ``deadline``) for every slot to be placed off the nodes ``gone``
-        (their raylet refuses, or Ray's records lost them); False at the deadline. A
-        Tune trial's placement group is Tune's: raytf cannot reserve it again, so a
-        restart waits for Ray to move the bundles, which it does once its health checks
-        declare the node dead. A restart that trusted the bundles on a killed node put
-        a worker there and spent a second retry."""
-        if not gone:
-            return True
-        start = time.monotonic()
-        while True:
-            placed = self.placed()
-            if len(placed) == n and not set(placed.values()) & gone:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            on_wait("waiting for Ray to move the slots off a node that stopped answering",
-                    time.monotonic() - start)  # fmt: skip
-            time.sleep(0.5)
-
 
 class FixedSlots(_OneGroup):
     """All slots in one placement group: placed together, strategy across the group."""
@@ -233,6 +213,26 @@ class TrialSlots(_OneGroup):
         self.n = scaling.num_workers
 
     moved: frozenset[int] = frozenset()  # Tune's bundles: never made anew by raytf
+
+    def _off_gone_nodes(self, n: int, gone: set[str], deadline: float, on_wait) -> bool:
+        """Wait (until ``deadline``) for every slot to be placed off the nodes ``gone``
+        (their raylet refuses, or Ray's records lost them); False at the deadline. A
+        Tune trial's placement group is Tune's: raytf cannot reserve it again, so a
+        restart waits for Ray to move the bundles, which it does once its health checks
+        declare the node dead. A restart that trusted the bundles on a killed node put
+        a worker there and spent a second retry."""
+        if not gone:
+            return True
+        start = time.monotonic()
+        while True:
+            placed = self.placed()
+            if len(placed) == n and not set(placed.values()) & gone:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            on_wait("waiting for Ray to move the slots off a node that stopped answering",
+                    time.monotonic() - start)  # fmt: skip
+            time.sleep(0.5)
 
     def place(
         self, timeout_s: float, on_wait, usable=None, gone=frozenset(), settle=False, toward=None

@@ -140,3 +140,18 @@ def test_a_group_reserved_again_hands_each_node_its_warm_process():
     pool.bundle_gpu_ids = {0: ["0"]}
     pool._follow_moved_slots(set())
     assert pool.standbys == {0: on_a, 1: spare} and pool.bundle_gpu_ids == {0: ["0"]}
+
+
+def test_a_moved_slot_on_no_known_node_takes_no_reserve():
+    """A slot whose node is not known (not placed) is not the reserve's node, even when the
+    group has no reserve running (its node None): no empty process is handed out."""
+    from raytf.group.pool import WorkerPool
+
+    pool = object.__new__(WorkerPool)
+    pool.standbys, pool._standby_nodes, pool._first_ping, pool.spares = {}, {}, {}, {}
+    pool.bundle_gpu_ids = {}
+    pool.reserve = _Reserve(None, None)
+    pool.active = [0, 1]
+    pool._slot_nodes = {0: "a"}  # slot 1 not placed
+    pool._follow_moved_slots({0, 1})
+    assert pool.standbys == {} and pool._first_ping == {}
